@@ -1,0 +1,87 @@
+"""Delivery records: one row per (event, endpoint), one Attempt row per HTTP request."""
+
+from django.db import models
+from django.utils import timezone
+
+from tenants.models import Endpoint, Tenant
+from webhooks.ids import new_ulid
+from webhooks.models import Event
+
+
+class Delivery(models.Model):
+    """One event to one endpoint. The database row is the truth; Redis only holds its id."""
+
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    DELIVERED = "delivered"
+    RETRY_SCHEDULED = "retry_scheduled"
+    HELD = "held"
+    DEAD = "dead"
+    STATUS_CHOICES = [
+        (PENDING, "Pending"),
+        (IN_FLIGHT, "In flight"),
+        (DELIVERED, "Delivered"),
+        (RETRY_SCHEDULED, "Retry scheduled"),
+        (HELD, "Held (endpoint disabled)"),
+        (DEAD, "Dead (retries exhausted)"),
+    ]
+    # Statuses whose delivery must be somewhere in the schedule (or leased).
+    OPEN_STATUSES = (PENDING, IN_FLIGHT, RETRY_SCHEDULED)
+
+    FRESH = "fresh"
+    RETRY = "retry"
+    LANE_CHOICES = [(FRESH, "Fresh"), (RETRY, "Retry")]
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries",
+        help_text="Copied from the event: the lane it waits in. Empty is the fallback lane.",
+    )
+    status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=PENDING)
+    lane = models.CharField(max_length=10, choices=LANE_CHOICES, default=FRESH)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-enqueued_at"]
+        verbose_name_plural = "deliveries"
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="delivery_status_due_idx"),
+            models.Index(fields=["tenant", "status"], name="delivery_tenant_status_idx"),
+            models.Index(fields=["endpoint", "status"], name="delivery_endpoint_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class Attempt(models.Model):
+    """One HTTP request for a delivery. A deferral (endpoint at its cap) is never an Attempt."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    FAILED = "failed"
+    OUTCOME_CHOICES = [(DELIVERED, "Delivered"), (RETRY, "Will retry"), (FAILED, "Failed for good")]
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=12, choices=OUTCOME_CHOICES)
+    error = models.CharField(max_length=500, blank=True)
+    response_excerpt = models.TextField(blank=True)
+    request_headers = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["delivery", "number"], name="attempt_delivery_number_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.delivery_id}: {self.outcome}"

@@ -1,0 +1,156 @@
+"""Tenants (whose turns the scheduler shares out), their endpoints and who may see them."""
+
+import base64
+import secrets
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+WEIGHT_CHOICES = [(1, "1 - standard"), (2, "2 - double"), (4, "4 - quadruple"), (8, "8 - octuple")]
+
+
+class Tenant(models.Model):
+    """One customer whose events get their own lane and their own turns."""
+
+    key = models.CharField(
+        max_length=255,
+        unique=True,
+        help_text="The fairness-key value that identifies this tenant in traffic, e.g. a shop domain.",
+    )
+    name = models.CharField(max_length=200, blank=True)
+    weight = models.PositiveSmallIntegerField(
+        default=1,
+        choices=WEIGHT_CHOICES,
+        help_text="Turns per lap of the scheduler. Keep tiers coarse: 1, 2, 4, 8.",
+    )
+    is_active = models.BooleanField(
+        default=True,
+        help_text="Unticked pauses delivery: events are still accepted and wait, nothing is lost.",
+    )
+    auto_registered = models.BooleanField(
+        default=False, help_text="Created automatically when an unknown key arrived at ingest."
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return self.name or self.key
+
+
+def generate_signing_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` and base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def mask_secret(secret: str) -> str:
+    """Enough to tell secrets apart, never enough to use one."""
+    prefix, _, body = secret.rpartition("_")
+    shown = body[:4]
+    return f"{prefix + '_' if prefix else ''}{shown}…({len(secret)} chars)"
+
+
+class Endpoint(models.Model):
+    """A URL we deliver to. With no tenant it is a shared gateway destination."""
+
+    tenant = models.ForeignKey(
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="endpoints",
+        help_text="Empty for a shared destination that receives every tenant's events (gateway mode).",
+    )
+    url = models.URLField(max_length=2000)
+    description = models.CharField(max_length=200, blank=True)
+    event_types = models.TextField(
+        blank=True,
+        help_text="Event types to deliver, separated by commas or new lines. Empty means all.",
+    )
+    max_in_flight = models.PositiveSmallIntegerField(
+        default=2,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="Concurrency cap: at most this many requests open to this endpoint at once. "
+        "It bounds the workers a slow endpoint can hold.",
+    )
+    retry_max_in_flight = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="Cap for retries alone, so a recovering endpoint drains at a pace it survives.",
+    )
+    timeout_seconds = models.PositiveSmallIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(120)],
+        help_text="Total deadline for one request, connection to last byte.",
+    )
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=500, blank=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    failing_since = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["tenant__key", "url"]
+        indexes = [models.Index(fields=["enabled"], name="endpoint_enabled_idx")]
+
+    def __str__(self) -> str:
+        owner = self.tenant.key if self.tenant_id else "shared"
+        return f"{owner} → {self.url}"
+
+    def event_type_filter(self) -> list[str]:
+        return [item.strip() for item in self.event_types.replace("\n", ",").split(",") if item.strip()]
+
+    def accepts(self, event_type: str) -> bool:
+        wanted = self.event_type_filter()
+        return not wanted or event_type in wanted
+
+    def active_secrets(self) -> list[str]:
+        now = timezone.now()
+        return [s.secret for s in self.secrets.all() if s.expires_at is None or s.expires_at > now]
+
+
+class EndpointSecret(models.Model):
+    """A signing secret; several are active while a rotation is in progress."""
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="secrets")
+    secret = models.CharField(max_length=200, default=generate_signing_secret)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set during a rotation; empty means it never expires."
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return mask_secret(self.secret)
+
+
+class Membership(models.Model):
+    """A Django user's access to one tenant's dashboard."""
+
+    VIEWER = "viewer"
+    ADMIN = "admin"
+    ROLE_CHOICES = [(VIEWER, "Viewer"), (ADMIN, "Admin")]
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=ROLE_CHOICES, default=VIEWER)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["tenant__key", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_user_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role}) of {self.tenant}"

@@ -1,0 +1,31 @@
+"""Time-ordered identifiers (ULIDs) for events and deliveries.
+
+A ULID's first 10 characters are its creation time in milliseconds, so the age of
+the head of a Redis lane can be read from the id alone, without a lookup, and ids
+sort by arrival.
+"""
+
+import os
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
+_DECODE = {char: index for index, char in enumerate(_ALPHABET)}
+ULID_LENGTH = 26
+
+
+def new_ulid(now_ms: int | None = None) -> str:
+    timestamp = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (timestamp << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(ULID_LENGTH):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def ulid_time_ms(ulid: str) -> int:
+    """Milliseconds since the epoch encoded in the first 10 characters."""
+    value = 0
+    for char in ulid[:10].upper():
+        value = (value << 5) | _DECODE[char]
+    return value

@@ -1,0 +1,163 @@
+"""The inbound side: sources that post to us, and the events we accepted."""
+
+import hashlib
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from tenants.models import Endpoint, Tenant, mask_secret
+from webhooks.fairness_key import validate_location
+from webhooks.ids import new_ulid
+
+
+class Source(models.Model):
+    """A provider posting to /ingest/<slug>/, with how to verify it and where its key is."""
+
+    NONE = "none"
+    SHOPIFY = "shopify"
+    GITHUB = "github"
+    STRIPE = "stripe"
+    STANDARD_WEBHOOKS = "standard-webhooks"
+    HMAC_SHA256 = "hmac-sha256"
+    SCHEME_CHOICES = [
+        (NONE, "None (no signature; only for trusted networks)"),
+        (SHOPIFY, "Shopify (X-Shopify-Hmac-Sha256)"),
+        (GITHUB, "GitHub (X-Hub-Signature-256)"),
+        (STRIPE, "Stripe (Stripe-Signature)"),
+        (STANDARD_WEBHOOKS, "Standard Webhooks (webhook-signature)"),
+        (HMAC_SHA256, "Generic HMAC-SHA256"),
+    ]
+
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    scheme = models.CharField(max_length=32, choices=SCHEME_CHOICES, default=HMAC_SHA256)
+    hmac_header = models.CharField(
+        max_length=100, blank=True, default="X-Signature",
+        help_text="Generic HMAC only: the header holding the signature.",
+    )
+    hmac_encoding = models.CharField(
+        max_length=10, choices=[("hex", "hex"), ("base64", "base64")], default="hex",
+        help_text="Generic HMAC only.",
+    )
+    hmac_prefix = models.CharField(
+        max_length=30, blank=True, help_text="Generic HMAC only: e.g. 'sha256=' before the digest."
+    )
+    fairness_key = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[validate_location],
+        help_text="Where the tenant key is: body.shop_id, body.shop.id, header:X-Shopify-Shop-Domain, "
+        "query:shop or path:0. Empty sends every event to the fallback lane.",
+    )
+    auto_register_tenants = models.BooleanField(
+        default=False,
+        help_text="Create a tenant for an unknown key (default weight) instead of using the fallback lane.",
+    )
+    destinations = models.ManyToManyField(
+        Endpoint, blank=True, related_name="sources",
+        help_text="Where this source's events are delivered (gateway mode).",
+    )
+    is_active = models.BooleanField(default=True)
+    fallback_count = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Events that arrived without a usable tenant key."
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    def active_secrets(self) -> list[str]:
+        now = timezone.now()
+        return [s.secret for s in self.secrets.all() if s.expires_at is None or s.expires_at > now]
+
+
+class SourceSecret(models.Model):
+    """A secret the provider signs with; several are accepted during a rotation."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="secrets")
+    secret = models.CharField(max_length=500)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return mask_secret(self.secret)
+
+
+class Event(models.Model):
+    """One accepted webhook (ingested) or published event: the payload lives here, not in Redis."""
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    source = models.ForeignKey(
+        Source, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
+    )
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="events",
+        help_text="Empty: the key was missing and the event went to the fallback lane.",
+    )
+    event_type = models.CharField(max_length=200, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    content_type = models.CharField(max_length=200, blank=True, default="application/json")
+    payload = models.BinaryField()
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    fallback_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "idempotency_key"],
+                condition=models.Q(source__isnull=False, idempotency_key__isnull=False),
+                name="event_idempotent_per_source",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=models.Q(source__isnull=True, idempotency_key__isnull=False),
+                name="published_event_idempotent_per_tenant",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "-received_at"], name="event_tenant_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type or 'event'} {self.id}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A platform-level bearer token for the publish API; only its hash is stored."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens",
+        help_text="Restrict the token to one tenant. Empty: it may publish for any tenant.",
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, name: str, tenant: Tenant | None = None) -> tuple["ApiToken", str]:
+        """Create a token; the plain value is returned once and never stored."""
+        plain = "whp_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            name=name, prefix=plain[:8], token_hash=hash_token(plain), tenant=tenant
+        )
+        return token, plain

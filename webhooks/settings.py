@@ -1,0 +1,196 @@
+"""Settings for the fair webhook platform, all from the environment.
+
+Every variable is listed in README.md. Defaults make `make run` work on a fresh
+clone (SQLite and an embedded Redis under var/); production sets them explicitly.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from webhooks import embedded_redis
+from webhooks.env import (
+    env_bool,
+    env_float,
+    env_float_list,
+    env_int,
+    env_list,
+    env_str,
+    secret_from_file_or_env,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+
+
+def _development_secret_key() -> str:
+    """Generated once into var/ so sessions survive restarts; production sets SECRET_KEY."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = secret_from_file_or_env("SECRET_KEY") or _development_secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "django_rq",
+    "webhooks",
+    "tenants",
+    "delivery",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "webhooks.urls"
+WSGI_APPLICATION = "webhooks.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_config() -> dict:
+    url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not valid: {exc}") from exc
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # Web and workers write side by side: WAL lets readers run during a write, the
+        # busy timeout makes a writer wait instead of failing, and IMMEDIATE takes the
+        # write lock at BEGIN so two writers never deadlock upgrading a read lock.
+        config["CONN_MAX_AGE"] = 0
+        config["OPTIONS"] = {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
+    return {"default": config}
+
+
+DATABASES = _database_config()
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: the schedule. Unset means a private redis-server on a unix socket under var/.
+REDIS_URL = env_str("REDIS_URL", "")
+EMBEDDED_REDIS = not REDIS_URL
+if EMBEDDED_REDIS:
+    REDIS_URL = embedded_redis.socket_url(embedded_redis.ensure_running(VAR_DIR / "redis"))
+elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(
+        f"REDIS_URL={REDIS_URL!r} is not valid: expected redis://, rediss:// or unix://."
+    )
+
+RQ_QUEUES = {
+    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    "maintenance": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+}
+RQ_SHOW_ADMIN_LINK = True
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "admin:login"
+
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- The platform's own settings (see README.md, "Configuration") ---
+
+# Scheduler: "fair" (per-tenant lanes) or "fifo" (one line; only for comparisons).
+SCHEDULER_MODE = env_str("SCHEDULER_MODE", "fair")
+if SCHEDULER_MODE not in {"fair", "fifo"}:
+    raise ImproperlyConfigured(f"SCHEDULER_MODE={SCHEDULER_MODE!r} is not valid: fair or fifo.")
+SCHEDULER_TURN_SIZE = env_int("SCHEDULER_TURN_SIZE", 1, minimum=1, maximum=100)
+SCHEDULER_RETRY_MIN_SHARE = env_float("SCHEDULER_RETRY_MIN_SHARE", 0.1)
+if SCHEDULER_RETRY_MIN_SHARE > 1:
+    raise ImproperlyConfigured("SCHEDULER_RETRY_MIN_SHARE must be between 0 and 1.")
+SCHEDULER_FALLBACK_WEIGHT = env_int("SCHEDULER_FALLBACK_WEIGHT", 1, minimum=1, maximum=16)
+SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
+LEASE_SECONDS = env_int("LEASE_SECONDS", 30, minimum=2, maximum=60)
+
+# Delivery workers.
+DELIVERY_SLOTS = env_int("DELIVERY_SLOTS", 16, minimum=1, maximum=512)
+DELIVERY_CONNECT_TIMEOUT = env_float("DELIVERY_CONNECT_TIMEOUT", 5.0)
+DELIVERY_RESPONSE_CAP_BYTES = env_int("DELIVERY_RESPONSE_CAP_BYTES", 20_000, minimum=0)
+# Svix's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (then dead).
+RETRY_SCHEDULE_SECONDS = env_float_list(
+    "RETRY_SCHEDULE_SECONDS", [5, 300, 1800, 7200, 18000, 36000, 36000]
+)
+RETRY_JITTER = env_float("RETRY_JITTER", 0.2)
+RETRY_AFTER_MAX_SECONDS = env_float("RETRY_AFTER_MAX_SECONDS", 36000)
+ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100, minimum=1)
+ENDPOINT_DISABLE_AFTER_DAYS = env_float("ENDPOINT_DISABLE_AFTER_DAYS", 5.0)
+# Outbound requests to loopback/private/link-local addresses are refused unless this is on.
+ALLOW_PRIVATE_DESTINATIONS = env_bool("ALLOW_PRIVATE_DESTINATIONS", False)
+
+# Ingest.
+INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+INGEST_TIMESTAMP_TOLERANCE_SECONDS = env_int("INGEST_TIMESTAMP_TOLERANCE_SECONDS", 300, minimum=1)
+PUBLISH_MAX_BATCH = env_int("PUBLISH_MAX_BATCH", 500, minimum=1, maximum=10_000)
+
+# Observability.
+METRICS_TOP_N = env_int("METRICS_TOP_N", 20, minimum=1, maximum=1000)
+METRICS_TOKEN = secret_from_file_or_env("METRICS_TOKEN")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
