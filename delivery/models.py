@@ -12,21 +12,21 @@ class Delivery(models.Model):
     """One event to one endpoint. The database row is the truth; Redis only holds its id."""
 
     PENDING = "pending"
-    IN_FLIGHT = "in_flight"
     DELIVERED = "delivered"
     RETRY_SCHEDULED = "retry_scheduled"
     HELD = "held"
     DEAD = "dead"
     STATUS_CHOICES = [
         (PENDING, "Pending"),
-        (IN_FLIGHT, "In flight"),
         (DELIVERED, "Delivered"),
         (RETRY_SCHEDULED, "Retry scheduled"),
         (HELD, "Held (endpoint disabled)"),
         (DEAD, "Dead (retries exhausted)"),
     ]
-    # Statuses whose delivery must be somewhere in the schedule (or leased).
-    OPEN_STATUSES = (PENDING, IN_FLIGHT, RETRY_SCHEDULED)
+    # Statuses whose delivery must be somewhere in the schedule (queued, delayed or leased).
+    # "In flight" is not a row status: the scheduler's leases know it without a write
+    # per delivery, and a crashed worker's lease expiring is all the recovery it needs.
+    OPEN_STATUSES = (PENDING, RETRY_SCHEDULED)
 
     FRESH = "fresh"
     RETRY = "retry"
@@ -46,6 +46,10 @@ class Delivery(models.Model):
     enqueued_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
+    needs_schedule = models.BooleanField(
+        default=False,
+        help_text="Committed while Redis was unreachable: the sweeper puts it in the schedule.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -55,6 +59,11 @@ class Delivery(models.Model):
             models.Index(fields=["status", "next_attempt_at"], name="delivery_status_due_idx"),
             models.Index(fields=["tenant", "status"], name="delivery_tenant_status_idx"),
             models.Index(fields=["endpoint", "status"], name="delivery_endpoint_status_idx"),
+            models.Index(
+                fields=["needs_schedule"],
+                condition=models.Q(needs_schedule=True),
+                name="delivery_needs_schedule_idx",
+            ),
         ]
 
     def __str__(self) -> str:

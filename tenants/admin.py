@@ -1,3 +1,113 @@
+"""Operators manage tenants, endpoints and memberships here; secrets are never shown in full."""
+
+from django import forms
+from django.conf import settings
 from django.contrib import admin
 
-# Register your models here.
+from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
+
+
+class MaskedSecretForm(forms.ModelForm):
+    """A secret is typed once and never rendered back; empty keeps the stored one."""
+
+    secret = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Empty keeps the stored secret (or generates one for a new endpoint secret).",
+    )
+
+    def clean_secret(self) -> str:
+        typed = self.cleaned_data.get("secret", "").strip()
+        if typed:
+            return typed
+        if self.instance.pk:
+            return self.instance.secret
+        default = self._meta.model._meta.get_field("secret").default
+        if callable(default):
+            return default()
+        raise forms.ValidationError("Enter the secret the provider signs with.")
+
+
+class MaskedSecretInline(admin.TabularInline):
+    """Existing secrets show masked; the plain value is never sent to the browser."""
+
+    form = MaskedSecretForm
+    extra = 0
+    fields = ["masked", "secret", "created_at", "expires_at"]
+    readonly_fields = ["masked", "created_at"]
+
+    @admin.display(description="Stored secret")
+    def masked(self, obj) -> str:
+        return mask_secret(obj.secret) if obj.pk else "(new)"
+
+
+class EndpointSecretInline(MaskedSecretInline):
+    model = EndpointSecret
+
+
+class EndpointForm(forms.ModelForm):
+    class Meta:
+        model = Endpoint
+        fields = "__all__"
+
+    def clean_url(self) -> str:
+        from delivery.netguard import validate_destination_url
+
+        url = self.cleaned_data["url"]
+        validate_destination_url(url, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS)
+        return url
+
+    def clean(self):
+        cleaned = super().clean()
+        cap, retry_cap = cleaned.get("max_in_flight"), cleaned.get("retry_max_in_flight")
+        if cap and retry_cap and retry_cap > cap:
+            self.add_error("retry_max_in_flight", "Cannot exceed the endpoint's max in flight.")
+        return cleaned
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin):
+    form = EndpointForm
+    list_display = [
+        "url", "tenant", "enabled", "max_in_flight", "retry_max_in_flight",
+        "consecutive_failures", "disabled_reason",
+    ]
+    list_filter = ["enabled"]
+    search_fields = ["url", "tenant__key", "tenant__name", "description"]
+    list_select_related = ["tenant"]
+    autocomplete_fields = ["tenant"]
+    readonly_fields = [
+        "consecutive_failures", "failing_since", "last_success_at", "last_failure_at",
+        "disabled_at", "created_at",
+    ]
+    inlines = [EndpointSecretInline]
+
+
+class EndpointInline(admin.TabularInline):
+    model = Endpoint
+    extra = 0
+    fields = ["url", "enabled", "max_in_flight", "retry_max_in_flight", "timeout_seconds"]
+    show_change_link = True
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["key", "name", "weight", "is_active", "auto_registered", "created_at"]
+    list_filter = ["is_active", "weight", "auto_registered"]
+    search_fields = ["key", "name"]
+    readonly_fields = ["created_at"]
+    inlines = [EndpointInline, MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "tenant", "role", "created_at"]
+    list_filter = ["role"]
+    search_fields = ["user__username", "tenant__key"]
+    autocomplete_fields = ["user", "tenant"]

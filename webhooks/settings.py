@@ -194,3 +194,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 default, adopted now
+
+# `python manage.py rqworker default maintenance` runs delivery workers: RQ workers
+# whose process also runs DELIVERY_SLOTS delivery threads (delivery/worker.py).
+RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
+MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)

@@ -1,22 +1,16 @@
-"""
-URL configuration for webhooks project.
-
-The `urlpatterns` list routes URLs to views. For more information please see:
-    https://docs.djangoproject.com/en/5.2/topics/http/urls/
-Examples:
-Function views
-    1. Add an import:  from my_app import views
-    2. Add a URL to urlpatterns:  path('', views.home, name='home')
-Class-based views
-    1. Add an import:  from other_app.views import Home
-    2. Add a URL to urlpatterns:  path('', Home.as_view(), name='home')
-Including another URLconf
-    1. Import the include() function: from django.urls import include, path
-    2. Add a URL to urlpatterns:  path('blog/', include('blog.urls'))
-"""
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path, re_path
+
+from webhooks import views
+
+admin.site.site_header = "Fair webhooks: operations"
+admin.site.site_title = "Fair webhooks"
 
 urlpatterns = [
-    path('admin/', admin.site.urls),
+    # The trailing slash is optional: a redirect would lose the POST body.
+    re_path(r"^ingest/(?P<slug>[-\w]+)/?$", views.ingest, name="ingest"),
+    re_path(r"^ingest/(?P<slug>[-\w]+)/(?P<path>.+)$", views.ingest, name="ingest-path"),
+    path("admin/django-rq/", include("django_rq.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
 ]

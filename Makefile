@@ -1,0 +1,42 @@
+# The two commands: `make run` (the platform with demo data) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test test-fast lint format bench clean install
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (set PYTHON=...)")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: web on :8000, a delivery worker, a demo receiver and demo traffic. Ctrl-C stops all.
+run: install
+	$(BIN)/python manage.py runplatform
+
+## make test: the whole suite against a real Redis (REDIS_URL, else embedded) and the configured DB.
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make test-fast: skip the slow end-to-end, chaos and browser tests while iterating.
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow and not chaos and not browser" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python bench/scheduler.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,71 @@
+"""Putting committed deliveries into the schedule, and what to do when Redis is away.
+
+The database row is the truth. Deliveries enter Redis only after their transaction
+commits (a worker must never pick an id whose row it cannot read yet). If Redis is
+unreachable then, the rows are flagged `needs_schedule` and the sweeper adds them
+later: the sender already has its 202 and nothing is lost.
+"""
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import redis
+from django.db import transaction
+
+from delivery.models import Delivery
+from delivery.scheduler import Item, Scheduler
+
+logger = logging.getLogger(__name__)
+_scheduler: Scheduler | None = None
+
+
+def get_scheduler() -> Scheduler:
+    """One Scheduler (and connection pool) per process, built from settings on first use."""
+    global _scheduler
+    if _scheduler is None:
+        _scheduler = Scheduler.from_settings()
+    return _scheduler
+
+
+def reset_scheduler() -> None:
+    """Forget the cached Scheduler (tests that change settings, or after a fork)."""
+    global _scheduler
+    _scheduler = None
+
+
+def item_for(delivery: Delivery) -> Item:
+    """The scheduler's view of a delivery; needs `tenant` and `endpoint` loaded."""
+    tenant, endpoint = delivery.tenant, delivery.endpoint
+    retrying = delivery.status == Delivery.RETRY_SCHEDULED
+    due_at = delivery.next_attempt_at.timestamp() if retrying and delivery.next_attempt_at else None
+    return Item(
+        delivery_id=delivery.id,
+        tenant_id=tenant.pk if tenant else None,
+        endpoint_id=endpoint.pk,
+        weight=tenant.weight if tenant else 1,
+        max_in_flight=endpoint.max_in_flight,
+        retry_max_in_flight=endpoint.retry_max_in_flight,
+        lane=Delivery.RETRY if retrying else Delivery.FRESH,
+        due_at=due_at,
+    )
+
+
+def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
+    """Enqueue committed deliveries; on a Redis failure flag them for the sweeper."""
+    if not deliveries:
+        return True
+    try:
+        get_scheduler().enqueue([item_for(delivery) for delivery in deliveries])
+    except redis.RedisError as exc:
+        ids = [delivery.id for delivery in deliveries]
+        Delivery.objects.filter(id__in=ids).update(needs_schedule=True)
+        logger.warning("Redis unavailable (%s): %d deliveries left for the sweeper", exc, len(ids))
+        return False
+    return True
+
+
+def enqueue_on_commit(deliveries: Iterable[Delivery]) -> None:
+    """Enqueue once the surrounding transaction commits (immediately outside one)."""
+    pending = [delivery for delivery in deliveries if delivery.status == Delivery.PENDING]
+    if pending:
+        transaction.on_commit(lambda: enqueue_now(pending))

@@ -1,0 +1,60 @@
+"""The delivery worker: an RQ worker (registered, heartbeating, visible in the django-rq
+dashboard) whose process also runs the delivery engine's slots.
+
+RQ jobs remain for maintenance (the sweeper); webhooks never become RQ jobs. It is a
+SimpleWorker because forking a process that runs threads is unsafe, and maintenance
+jobs are few.
+
+Shutdown: the first SIGTERM/SIGINT stops picking and waits for in-flight deliveries;
+a second one exits at once, and the leases of anything unfinished bring it back.
+"""
+
+import logging
+import threading
+
+import redis
+from django.conf import settings
+from rq import Queue
+from rq.worker import SimpleWorker
+
+from delivery.engine import DeliveryEngine
+
+logger = logging.getLogger(__name__)
+SWEEP_LOCK_KEY = "fairhooks:maintenance:sweep-lock"
+
+
+class DeliveryWorker(SimpleWorker):
+    def work(self, *args, **kwargs) -> bool:
+        self.engine = DeliveryEngine(worker_id=f"rq-{self.name}")
+        self._cold_stop = False
+        self._maintenance_stop = threading.Event()
+        self.engine.start()
+        threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
+        return super().work(*args, **kwargs)
+
+    def request_force_stop(self, signum, frame):
+        self._cold_stop = True
+        return super().request_force_stop(signum, frame)
+
+    def teardown(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            self._maintenance_stop.set()
+            if self._cold_stop:
+                engine.stop(graceful=False)
+            else:
+                logger.info("warm shutdown: finishing %d in-flight deliveries", len(engine.in_flight()))
+                if not engine.stop(graceful=True):
+                    logger.warning("deliveries still running at exit come back through their leases")
+        super().teardown()
+
+    def _schedule_maintenance(self) -> None:
+        """Every interval one worker (whichever takes the lock) enqueues the sweep job."""
+        interval = settings.MAINTENANCE_INTERVAL_SECONDS
+        queue = Queue("maintenance", connection=self.connection)
+        while not self._maintenance_stop.wait(interval):
+            try:
+                if self.connection.set(SWEEP_LOCK_KEY, self.name, nx=True, ex=interval):
+                    queue.enqueue("delivery.maintenance.sweep", job_timeout=300, result_ttl=600)
+            except redis.RedisError as exc:
+                logger.warning("could not schedule maintenance: %s", exc)

@@ -1,0 +1,30 @@
+"""Small builders for test data: each returns a saved object with safe defaults."""
+
+from django.contrib.auth.models import User
+
+from tenants.models import Endpoint, Membership, Tenant
+from webhooks.models import Source, SourceSecret
+
+
+def make_tenant(key: str = "shop-a.example", **fields) -> Tenant:
+    return Tenant.objects.create(key=key, name=fields.pop("name", key), **fields)
+
+
+def make_endpoint(tenant: Tenant | None, url: str = "http://127.0.0.1:9/hook", **fields) -> Endpoint:
+    return Endpoint.objects.create(tenant=tenant, url=url, **fields)
+
+
+def make_source(slug: str = "shop", secret: str = "s3cret", **fields) -> Source:
+    fields.setdefault("scheme", Source.HMAC_SHA256)
+    fields.setdefault("fairness_key", "body.shop_id")
+    source = Source.objects.create(slug=slug, **fields)
+    if secret:
+        SourceSecret.objects.create(source=source, secret=secret)
+    return source
+
+
+def make_user(username: str, *, tenant: Tenant | None = None, staff: bool = False) -> User:
+    user = User.objects.create_user(username, password="pw-" + username, is_staff=staff)
+    if tenant is not None:
+        Membership.objects.create(user=user, tenant=tenant)
+    return user

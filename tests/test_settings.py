@@ -1,0 +1,89 @@
+"""Settings come from the environment; a malformed value stops start-up naming the variable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from webhooks.env import env_bool, env_float_list, env_int, env_list
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_check(**env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEBUG", "maybe"),
+        ("LEASE_SECONDS", "600"),
+        ("DELIVERY_SLOTS", "lots"),
+        ("SCHEDULER_MODE", "random"),
+        ("REDIS_URL", "http://127.0.0.1:6379"),
+        ("DATABASE_URL", "nosuchdb://x"),
+        ("RETRY_SCHEDULE_SECONDS", "5,,10"),
+        ("ALLOWED_HOSTS", "a,,b"),
+    ],
+)
+def test_malformed_setting_stops_startup_naming_the_variable(name: str, value: str) -> None:
+    result = run_check(**{name: value})
+    assert result.returncode != 0
+    assert name in result.stderr
+    assert "Traceback" not in result.stderr.splitlines()[-1]
+
+
+def test_defaults_start_cleanly() -> None:
+    result = run_check()
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_bool_reader_accepts_the_usual_spellings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw, expected in [("true", True), ("1", True), ("On", True), ("false", False), ("0", False)]:
+        monkeypatch.setenv("X_FLAG", raw)
+        assert env_bool("X_FLAG", not expected) is expected
+
+
+def test_unset_or_blank_values_fall_back_to_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("X_NUM", raising=False)
+    assert env_int("X_NUM", 7) == 7
+    monkeypatch.setenv("X_NUM", "  ")
+    assert env_int("X_NUM", 7) == 7
+
+
+def test_int_bounds_are_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_NUM", "0")
+    with pytest.raises(ImproperlyConfigured, match="X_NUM"):
+        env_int("X_NUM", 5, minimum=1)
+
+
+def test_list_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_LIST", "a, b ,c")
+    assert env_list("X_LIST", []) == ["a", "b", "c"]
+    monkeypatch.setenv("X_FLOATS", "5,300, 1800")
+    assert env_float_list("X_FLOATS", []) == [5.0, 300.0, 1800.0]
+    monkeypatch.setenv("X_FLOATS", "5,-1")
+    with pytest.raises(ImproperlyConfigured, match="X_FLOATS"):
+        env_float_list("X_FLOATS", [])
+
+
+def test_secret_file_wins_over_plain_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhooks.env import secret_from_file_or_env
+
+    secret_file = tmp_path / "key"
+    secret_file.write_text("from-file\n")
+    monkeypatch.setenv("X_SECRET", "plain")
+    monkeypatch.setenv("X_SECRET_FILE", str(secret_file))
+    assert secret_from_file_or_env("X_SECRET") == "from-file"
+    monkeypatch.setenv("X_SECRET_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ImproperlyConfigured, match="X_SECRET_FILE"):
+        secret_from_file_or_env("X_SECRET")
