@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from webhooks import views
+from webhooks import api, views
 
 admin.site.site_header = "Fair webhooks: operations"
 admin.site.site_title = "Fair webhooks"
@@ -10,6 +10,7 @@ urlpatterns = [
     # The trailing slash is optional: a redirect would lose the POST body.
     re_path(r"^ingest/(?P<slug>[-\w]+)/?$", views.ingest, name="ingest"),
     re_path(r"^ingest/(?P<slug>[-\w]+)/(?P<path>.+)$", views.ingest, name="ingest-path"),
+    path("api/v1/events", api.publish_events, name="publish-events"),
     path("admin/django-rq/", include("django_rq.urls")),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),

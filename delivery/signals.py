@@ -1,0 +1,51 @@
+"""Keep the schedule in step with what operators change in the admin.
+
+Weights, pauses and caps live in the database; the scheduler keeps a copy for its Lua
+scripts. A failed update is logged and repaired by the next enqueue (items carry
+weights and caps) or by a rebuild.
+"""
+
+import logging
+
+import redis
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from delivery.endpoint_health import release_held
+from delivery.enqueueing import get_scheduler
+from tenants.models import Endpoint, Tenant
+
+logger = logging.getLogger(__name__)
+
+
+def _after_commit(action, what: str) -> None:
+    def run() -> None:
+        try:
+            action()
+        except redis.RedisError as exc:
+            logger.warning("could not update the schedule for %s: %s", what, exc)
+
+    transaction.on_commit(run)
+
+
+@receiver(post_save, sender=Tenant)
+def tenant_saved(sender, instance: Tenant, **kwargs) -> None:
+    _after_commit(
+        lambda: get_scheduler().set_tenant(instance.pk, weight=instance.weight, paused=not instance.is_active),
+        f"tenant {instance.key}",
+    )
+
+
+@receiver(post_save, sender=Endpoint)
+def endpoint_saved(sender, instance: Endpoint, created: bool, **kwargs) -> None:
+    _after_commit(
+        lambda: get_scheduler().set_endpoint(
+            instance.pk,
+            max_in_flight=instance.max_in_flight,
+            retry_max_in_flight=instance.retry_max_in_flight,
+        ),
+        f"endpoint {instance.pk}",
+    )
+    if instance.enabled and not created:
+        release_held(instance)

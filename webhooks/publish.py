@@ -1,0 +1,87 @@
+"""The sender side: publish events for a tenant, to be fanned out to its endpoints.
+
+`publish()` is for in-process producers; the HTTP API (webhooks/api.py) validates and
+calls the same code. Events are persisted, then enqueued on commit.
+"""
+
+import json
+from dataclasses import dataclass
+
+from tenants.models import Tenant
+from webhooks.accept import Accepted, accept, accept_many
+
+MAX_EVENT_TYPE_LENGTH = 200
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+
+
+class PublishError(ValueError):
+    """Invalid input; `field` names what to fix."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    tenant: Tenant
+    event_type: str
+    payload: bytes
+    idempotency_key: str | None
+
+
+def validate(raw: object, *, allowed_tenant: Tenant | None = None, prefix: str = "") -> PublishRequest:
+    """Check one event's fields; a token bound to a tenant sees other tenants as unknown."""
+    if not isinstance(raw, dict):
+        raise PublishError(prefix or "body", "expected a JSON object")
+    key = raw.get("tenant")
+    if not isinstance(key, str) or not key.strip():
+        raise PublishError(f"{prefix}tenant", "required: the tenant's key (a non-empty string)")
+    tenant = Tenant.objects.filter(key=key.strip()).first()
+    if tenant is None or (allowed_tenant is not None and tenant.pk != allowed_tenant.pk):
+        raise PublishError(f"{prefix}tenant", f"unknown tenant {key.strip()[:100]!r}")
+    event_type = raw.get("event_type")
+    if not isinstance(event_type, str) or not event_type.strip():
+        raise PublishError(f"{prefix}event_type", "required: a non-empty string")
+    if len(event_type) > MAX_EVENT_TYPE_LENGTH:
+        raise PublishError(f"{prefix}event_type", f"at most {MAX_EVENT_TYPE_LENGTH} characters")
+    if "payload" not in raw:
+        raise PublishError(f"{prefix}payload", "required: any JSON value")
+    idempotency_key = raw.get("idempotency_key")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str)
+        or not idempotency_key.strip()
+        or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
+    ):
+        raise PublishError(
+            f"{prefix}idempotency_key", f"a non-empty string of at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
+        )
+    payload = json.dumps(raw["payload"], separators=(",", ":")).encode()
+    return PublishRequest(tenant, event_type.strip(), payload, idempotency_key)
+
+
+def _accept_kwargs(request: PublishRequest) -> dict:
+    return {
+        "source": None,
+        "tenant": request.tenant,
+        "event_type": request.event_type,
+        "headers": {},
+        "content_type": "application/json",
+        "payload": request.payload,
+        "idempotency_key": request.idempotency_key,
+    }
+
+
+def publish(tenant: Tenant | str, event_type: str, payload: object, idempotency_key: str | None = None) -> Accepted:
+    """Publish one event for a tenant (object or key). Raises PublishError on bad input."""
+    key = tenant.key if isinstance(tenant, Tenant) else tenant
+    request = validate(
+        {"tenant": key, "event_type": event_type, "payload": payload, "idempotency_key": idempotency_key}
+    )
+    return accept(**_accept_kwargs(request))
+
+
+def publish_batch(requests: list[PublishRequest]) -> list[Accepted]:
+    """All or nothing: one transaction for the whole batch."""
+    return accept_many([_accept_kwargs(request) for request in requests])
