@@ -46,6 +46,8 @@ class EndpointSecretInline(MaskedSecretInline):
 
 
 class EndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+
     class Meta:
         model = Endpoint
         fields = "__all__"

@@ -194,7 +194,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 default, adopted now
 
 # `python manage.py rqworker default maintenance` runs delivery workers: RQ workers
 # whose process also runs DELIVERY_SLOTS delivery threads (delivery/worker.py).

@@ -1,0 +1,347 @@
+"""Real HTTP endpoints on 127.0.0.1 for tests, each a context manager on an ephemeral port.
+
+    with Recorder(Reply(503, headers={"Retry-After": "5"}), Reply(200)) as endpoint:
+        ...deliver to endpoint.url...
+        [first, second] = endpoint.wait_for(2)
+        assert first.headers["webhook-id"] == second.headers["webhook-id"]
+
+* `Recorder(*replies)`: an HTTP/1.1 keep-alive server that records every request (method,
+  path, headers, body, arrival time) and answers with the given replies in order, the last
+  one repeating (default: 200 "ok"). Any status, Retry-After, a slow answer (`delay`).
+* `redirect_to(url)`: the Reply that redirects to `url`.
+* `HangingServer(send=b"")`: reads the request, sends `send` (nothing, or e.g. headers
+  and part of a body), then holds the connection open in silence.
+* `TricklingServer(phase)`: answers one byte every `interval` seconds, forever, in the
+  status line and headers (`"headers"`) or in the body (`"body"`).
+* `unused_port()`: a port with no listener (connection refused).
+* `FullBacklogListener()`: a listener that never accepts and whose queue is full, so a
+  connect attempt times out.
+
+As a pytest fixture: `with Recorder() as endpoint: yield endpoint`. Delivering to them
+needs a session made with allow_private=True (they are on loopback).
+
+The raw-socket servers log each connection (`connections`) with the time the client went
+away, so a test can check that a client really closed its socket, not just gave up on it.
+"""
+
+import contextlib
+import json
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+LOCALHOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: bytes = b"ok"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering, as a slow endpoint would
+
+
+def redirect_to(url: str, status: int = 302) -> Reply:
+    return Reply(status, b"", {"Location": url})
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: Message  # case-insensitive: headers["Webhook-Id"] == headers["webhook-id"]
+    body: bytes
+    arrived_at: float  # time.monotonic() once the whole request had been read
+    client_port: int  # equal ports across requests mean a reused (pooled) connection
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _Background:
+    """Context-manager plumbing shared by the servers: start on enter, stop on exit."""
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class Recorder(_Background):
+    """Records every request and answers with `replies` in order (the last one repeats)."""
+
+    def __init__(self, *replies: Reply, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.replies = replies or (Reply(),)
+        self._ssl_context = ssl_context
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._requests: list[RecordedRequest] = []
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{LOCALHOST}:{self.port}/"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def wait_for(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """The first `count` requests, waiting up to `timeout` seconds for them to arrive."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise AssertionError(f"{len(self._requests)} requests arrived, not {count}")
+            return self._requests[:count]
+
+    def start(self) -> None:
+        self._server = _RecordingHTTPServer(self)
+        if self._ssl_context:
+            self._server.socket = self._ssl_context.wrap_socket(
+                self._server.socket, server_side=True
+            )
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        self._thread.join()
+
+    def _record(self, request: RecordedRequest) -> Reply:
+        with self._arrived:
+            self._requests.append(request)
+            self._arrived.notify_all()
+            return self.replies[min(len(self._requests), len(self.replies)) - 1]
+
+
+class _RecordingHTTPServer(ThreadingHTTPServer):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__((LOCALHOST, 0), _RecordingHandler)
+        self.recorder = recorder
+        # Keep-alive connections idle in a handler thread; closing them lets stop() finish.
+        self.open_connections: set[socket.socket] = set()
+
+    def close_connections(self) -> None:
+        for conn in list(self.open_connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer (a capped read, a deadline) is expected here.
+        if not isinstance(sys.exc_info()[1], ConnectionError | ssl.SSLError):
+            super().handle_error(request, client_address)
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse can be observed
+    # Headers and body go out in two writes; with Nagle the body would wait ~40 ms for an ACK.
+    disable_nagle_algorithm = True
+    server: _RecordingHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.open_connections.add(self.connection)
+
+    def finish(self) -> None:
+        self.server.open_connections.discard(self.connection)
+        super().finish()
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        reply = self.server.recorder._record(
+            RecordedRequest(
+                method=self.command,
+                path=self.path,
+                headers=self.headers,
+                body=body,
+                arrived_at=time.monotonic(),
+                client_port=self.client_address[1],
+            )
+        )
+        time.sleep(reply.delay)
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output readable
+
+
+@dataclass
+class ConnectionLog:
+    opened_at: float  # time.monotonic()
+    closed_at: float | None = None  # when the client went away (or the server stopped)
+
+
+class _RawServer(_Background):
+    """Accepts connections and runs `serve(conn, log)` for each in a thread of its own."""
+
+    def __init__(self) -> None:
+        self.connections: list[ConnectionLog] = []
+        self._stopping = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOCALHOST}:{self.port}/"
+
+    def start(self) -> None:
+        self._listener = socket.create_server((LOCALHOST, 0))
+        self._listener.settimeout(0.05)  # so the accept loop notices stop()
+        self.port = self._listener.getsockname()[1]
+        self._accepting = threading.Thread(target=self._accept_loop, daemon=True)
+        self._accepting.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._accepting.join()
+        for conn in list(self._open):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join()
+        self._listener.close()
+
+    def wait_closed(self, timeout: float = 5.0) -> ConnectionLog:
+        """The first connection, once its client has gone away."""
+        limit = time.monotonic() + timeout
+        while time.monotonic() < limit:
+            if self.connections and self.connections[0].closed_at is not None:
+                return self.connections[0]
+            time.sleep(0.01)
+        raise AssertionError("the client never closed its connection")
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _accept_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            log = ConnectionLog(opened_at=time.monotonic())
+            self.connections.append(log)
+            self._open.add(conn)
+            thread = threading.Thread(target=self._serve_one, args=(conn, log), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve_one(self, conn: socket.socket, log: ConnectionLog) -> None:
+        with conn:
+            conn.settimeout(None)
+            with contextlib.suppress(OSError):
+                _read_request(conn)
+                self.serve(conn)
+            log.closed_at = time.monotonic()
+            self._open.discard(conn)
+
+
+def _read_request(conn: socket.socket) -> None:
+    """Consume one request (headers and a Content-Length body) so the client is not blocked."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    remaining = -len(body)
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            remaining += int(value)
+    while remaining > 0:
+        chunk = conn.recv(min(remaining, 65536))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+
+
+class HangingServer(_RawServer):
+    """Reads the request, sends `send`, then says nothing more until the client leaves."""
+
+    def __init__(self, send: bytes = b"") -> None:
+        super().__init__()
+        self.send = send
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.sendall(self.send)
+        while conn.recv(65536):  # b"" once the client closes or shuts down its socket
+            pass
+
+
+class TricklingServer(_RawServer):
+    """Sends a 200 one byte every `interval` seconds, in the headers or in the body."""
+
+    def __init__(self, phase: str, interval: float = 0.05) -> None:
+        if phase not in ("headers", "body"):
+            raise ValueError(f"phase must be 'headers' or 'body', not {phase!r}")
+        super().__init__()
+        self.phase = phase
+        self.interval = interval
+
+    def serve(self, conn: socket.socket) -> None:
+        if self.phase == "headers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Trickle: ")
+        else:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+        # A send to a peer that has shut its socket down fails within a byte or two.
+        while not self._stopping.wait(self.interval):
+            conn.sendall(b"a")
+
+
+def unused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (it was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        return sock.getsockname()[1]
+
+
+class FullBacklogListener(_Background):
+    """A listener whose accept queue is full: the kernel drops new SYNs, so connects hang."""
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOCALHOST}:{self.port}/"
+
+    def start(self) -> None:
+        self._listener = socket.create_server((LOCALHOST, 0), backlog=0)
+        self.port = self._listener.getsockname()[1]
+        self._filler = socket.create_connection((LOCALHOST, self.port))  # takes the one slot
+
+    def stop(self) -> None:
+        self._filler.close()
+        self._listener.close()

@@ -1,0 +1,181 @@
+"""The delivery engine in-process: real scheduler, real database, real local receivers."""
+
+import base64
+import hashlib
+import hmac
+import threading
+import time
+
+import pytest
+
+from delivery.engine import DeliveryEngine
+from delivery.enqueueing import get_scheduler
+from delivery.models import Attempt, Delivery
+from tenants.models import Endpoint, EndpointSecret
+from tests.delivery_helpers import statuses, wait_until
+from tests.factories import make_endpoint, make_tenant
+from tests.http_receivers import Recorder, Reply
+from webhooks.publish import publish
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast_delivery_settings(settings):
+    settings.ALLOW_PRIVATE_DESTINATIONS = True
+    settings.RETRY_SCHEDULE_SECONDS = [0.2, 0.2, 0.2]
+    settings.RETRY_JITTER = 0.0
+    settings.LEASE_SECONDS = 5
+
+
+@pytest.fixture
+def engine():
+    engines: list[DeliveryEngine] = []
+
+    def start(slots: int = 4) -> DeliveryEngine:
+        running = DeliveryEngine(slots=slots)
+        running.start()
+        engines.append(running)
+        return running
+
+    yield start
+    for running in engines:
+        running.stop(graceful=True, timeout=10)
+
+
+def verify_standard_webhooks(secret: str, headers, body: bytes) -> bool:
+    """An independent check of the Standard Webhooks scheme, as a receiver would do it."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    offered = [part.split(",", 1)[1] for part in headers["webhook-signature"].split() if part.startswith("v1,")]
+    return any(hmac.compare_digest(expected, sig) for sig in offered)
+
+
+def test_delivers_with_standard_webhooks_headers_and_records_the_attempt(engine) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url + "/hook")
+        old, new = EndpointSecret.objects.create(endpoint=endpoint), EndpointSecret.objects.create(endpoint=endpoint)
+        accepted = publish(tenant, "order.created", {"n": 1})
+        engine()
+        [request] = receiver.wait_for(1)
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1})
+    assert request.headers["webhook-id"] == accepted.event.id
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.json() == {"n": 1}
+    # One signature per active secret while a rotation is in progress.
+    assert verify_standard_webhooks(old.secret, request.headers, request.body)
+    assert verify_standard_webhooks(new.secret, request.headers, request.body)
+    attempt = Attempt.objects.get()
+    assert (attempt.number, attempt.status_code, attempt.outcome) == (1, 200, Attempt.DELIVERED)
+    assert "webhook-signature" not in attempt.request_headers
+    assert get_scheduler().snapshot().in_flight == 0
+
+
+def test_failure_is_retried_with_the_same_webhook_id(engine) -> None:
+    with Recorder(Reply(503), Reply(500), Reply(200)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {})
+        engine()
+        requests = receiver.wait_for(3, timeout=10)
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1})
+    assert len({r.headers["webhook-id"] for r in requests}) == 1
+    assert list(Attempt.objects.order_by("number").values_list("status_code", "outcome")) == [
+        (503, Attempt.RETRY), (500, Attempt.RETRY), (200, Attempt.DELIVERED)
+    ]
+    delivery = Delivery.objects.get()
+    assert (delivery.attempts, delivery.lane) == (3, Delivery.RETRY)
+
+
+def test_exhausted_retries_make_a_dead_letter(engine) -> None:
+    with Recorder(Reply(500)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {})
+        engine()
+        assert wait_until(lambda: statuses() == {Delivery.DEAD: 1}, timeout=10)
+        assert len(receiver.requests) == 4  # the first try and three retries
+    assert "gave up" in Delivery.objects.get().last_error
+
+
+def test_410_disables_the_endpoint_and_holds_its_work_until_reenabled(engine) -> None:
+    from delivery.endpoint_health import enable
+
+    with Recorder(Reply(410), Reply(200)) as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {"i": 0})
+        running = engine(slots=1)
+        assert wait_until(lambda: statuses() == {Delivery.HELD: 1})
+        endpoint.refresh_from_db()
+        assert not endpoint.enabled and "410" in endpoint.disabled_reason
+        publish(tenant, "x", {"i": 1})  # arrives while disabled: held, not attempted
+        assert statuses() == {Delivery.HELD: 2}
+        assert enable(endpoint) == 2
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 2})
+        bodies = [r.json() for r in receiver.requests]
+        assert running.sent >= 3
+    assert bodies == [{"i": 0}, {"i": 0}, {"i": 1}]  # resumed in order
+
+
+def test_consecutive_failures_disable_the_endpoint_with_a_reason(engine, settings) -> None:
+    settings.ENDPOINT_DISABLE_AFTER_FAILURES = 2
+    with Recorder(Reply(500)) as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {})
+        engine(slots=1)
+        assert wait_until(lambda: not Endpoint.objects.get(pk=endpoint.pk).enabled)
+    endpoint.refresh_from_db()
+    assert "2 consecutive failures" in endpoint.disabled_reason
+    assert wait_until(lambda: statuses() == {Delivery.HELD: 1})
+
+
+def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -> None:
+    in_flight, peak, lock = 0, 0, threading.Lock()
+
+    class CountingRecorder(Recorder):
+        def _record(self, request):
+            nonlocal in_flight, peak
+            with lock:
+                in_flight += 1
+                peak = max(peak, in_flight)
+            time.sleep(0.05)
+            with lock:
+                in_flight -= 1
+            return super()._record(request)
+
+    with CountingRecorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url, max_in_flight=2)
+        for i in range(30):
+            publish(tenant, "x", {"i": i})
+        engine(slots=8)
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 30}, timeout=20)
+    assert peak <= 2
+    assert Attempt.objects.count() == 30
+    assert get_scheduler().snapshot().deferrals_total > 0
+
+
+def test_first_attempts_keep_arrival_order_per_endpoint(engine) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url, max_in_flight=1)
+        for i in range(20):
+            publish(tenant, "x", {"i": i})
+        engine(slots=4)
+        receiver.wait_for(20)
+    assert [r.json()["i"] for r in receiver.requests] == list(range(20))
+
+
+def test_graceful_stop_finishes_the_request_in_flight(engine) -> None:
+    with Recorder(Reply(200, delay=1.0)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {})
+        running = engine(slots=2)
+        assert wait_until(lambda: bool(running.in_flight()))
+        assert running.stop(graceful=True, timeout=10) is True
+    assert statuses() == {Delivery.DELIVERED: 1}

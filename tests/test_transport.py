@@ -1,0 +1,324 @@
+"""transport.post against real HTTP servers on 127.0.0.1: every outcome becomes an HttpResult."""
+
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from email.utils import formatdate
+from pathlib import Path
+
+import pytest
+import requests
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delivery import netguard, transport
+from tests.http_receivers import (
+    FullBacklogListener,
+    HangingServer,
+    Recorder,
+    Reply,
+    TricklingServer,
+    redirect_to,
+    unused_port,
+)
+
+TOTAL = 0.5  # total deadline for the slow-endpoint tests: short, but well above scheduling noise
+SLACK = 0.3  # how far past the deadline a cut-off request may finish
+BODY = b'{"type": "order.created", "id": 7}'
+HEADERS = {"Content-Type": "application/json", "User-Agent": "fairhooks-test", "webhook-id": "e1"}
+
+
+@pytest.fixture
+def session() -> Iterator[requests.Session]:
+    # allow_private: the test servers are on loopback (test_netguard covers the refusal).
+    session = transport.new_session(pool_maxsize=4, allow_private=True)
+    yield session
+    session.close()
+
+
+def post(session: requests.Session, url: str, **overrides: float) -> transport.HttpResult:
+    options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
+    return transport.post(session, url, BODY, HEADERS, **{**options, **overrides})
+
+
+def test_2xx_arrives_with_body_and_headers_and_is_recorded_as_delivered(session):
+    # given
+    with Recorder(Reply(202, b"accepted")) as endpoint:
+        # when
+        result = post(session, endpoint.url + "hooks?x=1")
+        [request] = endpoint.wait_for(1)
+    # then
+    assert (result.status_code, result.error_kind, result.error) == (202, "", "")
+    assert result.response_excerpt == "accepted"
+    assert request.method == "POST"
+    assert request.path == "/hooks?x=1"
+    assert request.body == BODY
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["User-Agent"] == "fairhooks-test"
+    assert request.headers["Webhook-Id"] == "e1"
+    assert request.headers["Accept-Encoding"] == "identity"
+    assert 0 <= result.duration_ms < 1000
+
+
+@pytest.mark.parametrize("status", [400, 404, 408, 410, 429, 500, 503])
+def test_failure_statuses_come_back_as_plain_results(session, status):
+    with Recorder(Reply(status, b"nope")) as endpoint:
+        result = post(session, endpoint.url)
+    assert (result.status_code, result.error_kind, result.error) == (status, "", "")
+    assert result.response_excerpt == "nope"
+    assert result.retry_after_seconds is None
+
+
+def test_retry_after_in_seconds_is_parsed(session):
+    with Recorder(Reply(503, headers={"Retry-After": "120"})) as endpoint:
+        result = post(session, endpoint.url)
+    assert (result.status_code, result.retry_after_seconds) == (503, 120.0)
+
+
+def test_retry_after_as_http_date_becomes_seconds_from_now(session):
+    in_a_minute = formatdate(time.time() + 60, usegmt=True)
+    with Recorder(Reply(429, headers={"Retry-After": in_a_minute})) as endpoint:
+        result = post(session, endpoint.url)
+    assert result.status_code == 429
+    assert 55 <= result.retry_after_seconds <= 61
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("0", 0.0),
+        (" 30 ", 30.0),
+        ("Sun, 06 Nov 1994 08:49:37 GMT", 0.0),  # in the past: now
+        ("Thu, 01 Jan 2099 00:00:00 GMT", 4070908800.0 - 1_000_000_000),
+        ("-5", None),
+        ("1.5", None),
+        ("soon", None),
+        ("", None),
+    ],
+)
+def test_parse_retry_after(value, expected):
+    assert transport.parse_retry_after(value, now=1_000_000_000) == expected
+
+
+@given(st.text())
+def test_parse_retry_after_never_raises_and_is_never_negative(value):
+    seconds = transport.parse_retry_after(value, now=time.time())
+    assert seconds is None or seconds >= 0
+
+
+def test_receiver_answers_its_replies_in_order_and_can_be_slow(session):
+    replies = (Reply(503, b"busy"), Reply(200, b"fine", delay=0.2))
+    with Recorder(*replies) as endpoint:
+        results = [post(session, endpoint.url) for _ in range(3)]
+    assert [(r.status_code, r.response_excerpt) for r in results] == [
+        (503, "busy"),
+        (200, "fine"),
+        (200, "fine"),  # the last reply repeats
+    ]
+    assert results[1].duration_ms >= 200
+
+
+def test_redirect_is_not_followed(session):
+    with Recorder() as target, Recorder(redirect_to(target.url)) as endpoint:
+        result = post(session, endpoint.url)
+        endpoint.wait_for(1)
+        time.sleep(0.1)  # a follow-up request would have arrived by now
+        assert target.requests == []
+    assert (result.status_code, result.error_kind) == (302, "")
+
+
+def test_connection_refused_on_a_closed_port(session):
+    result = post(session, f"http://127.0.0.1:{unused_port()}/")
+    assert (result.status_code, result.error_kind) == (None, transport.CONNECTION)
+    assert result.error == "connection failed: Connection refused"
+
+
+def test_connect_timeout_when_the_server_never_accepts(session):
+    with FullBacklogListener() as endpoint:
+        started = time.monotonic()
+        result = post(session, endpoint.url, connect_timeout=0.3)
+    assert (result.status_code, result.error_kind) == (None, transport.TIMEOUT)
+    assert result.error == "connect timed out after 0.3 s"
+    assert time.monotonic() - started < 0.3 + SLACK
+
+
+def test_hanging_server_is_cut_at_the_total_deadline(session):
+    with HangingServer() as endpoint:
+        started = time.monotonic()
+        result = post(session, endpoint.url, total_timeout=TOTAL)
+        elapsed = time.monotonic() - started
+        connection = endpoint.wait_closed()
+    assert (result.status_code, result.error_kind) == (None, transport.DEADLINE)
+    assert result.error == f"no response within {TOTAL:g} s"
+    assert TOTAL <= elapsed < TOTAL + SLACK
+    assert connection.closed_at - connection.opened_at < TOTAL + SLACK  # socket really closed
+
+
+def test_headers_trickled_a_byte_at_a_time_are_cut_at_the_total_deadline(session):
+    # Each byte arrives well within any per-read timeout; only a total deadline ends this.
+    with TricklingServer("headers") as endpoint:
+        started = time.monotonic()
+        result = post(session, endpoint.url, total_timeout=TOTAL)
+        elapsed = time.monotonic() - started
+        connection = endpoint.wait_closed()
+    assert result.error_kind == transport.DEADLINE
+    assert TOTAL <= elapsed < TOTAL + SLACK
+    assert connection.closed_at - connection.opened_at < TOTAL + SLACK
+
+
+def test_body_trickled_a_byte_at_a_time_is_cut_at_the_total_deadline(session):
+    with TricklingServer("body") as endpoint:
+        started = time.monotonic()
+        result = post(session, endpoint.url, total_timeout=TOTAL)
+        elapsed = time.monotonic() - started
+        connection = endpoint.wait_closed()
+    assert (result.status_code, result.error_kind) == (200, transport.DEADLINE)
+    assert result.error == f"response body incomplete after {TOTAL:g} s"
+    assert result.response_excerpt.startswith("aaa")  # what did arrive is kept
+    assert TOTAL <= elapsed < TOTAL + SLACK
+    assert connection.closed_at - connection.opened_at < TOTAL + SLACK
+
+
+def test_a_body_without_length_cut_by_the_deadline_is_not_taken_as_complete(session):
+    # Read-until-close framing: the watchdog's shutdown looks exactly like a normal end.
+    with HangingServer(send=b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial") as endpoint:
+        result = post(session, endpoint.url, total_timeout=TOTAL)
+    assert (result.status_code, result.error_kind) == (200, transport.DEADLINE)
+    assert result.response_excerpt == "partial"
+
+
+def test_large_response_is_read_only_up_to_the_cap(session):
+    with Recorder(Reply(200, b"x" * 5_000_000)) as endpoint:
+        started = time.monotonic()
+        result = post(session, endpoint.url, response_cap_bytes=1000)
+        elapsed = time.monotonic() - started
+    assert (result.status_code, result.error_kind) == (200, "")
+    assert result.response_excerpt == "x" * 1000
+    assert elapsed < 0.5
+
+
+def test_nothing_past_the_cap_is_waited_for(session):
+    # 64 KB of a declared 5 MB, then silence: reading past the cap would hit the deadline.
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n"
+    with HangingServer(send=head + b"y" * 65536) as endpoint:
+        result = post(session, endpoint.url, total_timeout=2.0, response_cap_bytes=20_000)
+    assert (result.status_code, result.error_kind) == (200, "")
+    assert result.response_excerpt == "y" * 20_000
+    assert result.duration_ms < 500
+
+
+def test_connection_is_reused_when_the_response_was_read_to_its_end(session):
+    with Recorder(Reply(200, b"short")) as endpoint:
+        post(session, endpoint.url)
+        post(session, endpoint.url, total_timeout=0.2)
+        time.sleep(0.3)  # past the second request's deadline: its watch must be disarmed
+        result = post(session, endpoint.url)
+        ports = {request.client_port for request in endpoint.wait_for(3)}
+    assert result.error_kind == ""
+    assert len(ports) == 1
+
+
+def test_a_response_cut_at_the_cap_is_not_returned_to_the_pool(session):
+    with Recorder(Reply(200, b"x" * 100_000)) as endpoint:
+        post(session, endpoint.url, response_cap_bytes=10)
+        post(session, endpoint.url, response_cap_bytes=10)
+        first, second = endpoint.wait_for(2)
+    assert first.client_port != second.client_port
+
+
+def test_proxy_settings_in_the_environment_are_ignored(session, monkeypatch):
+    with Recorder() as proxy, Recorder() as endpoint:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.setenv(name, proxy.url)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        # given: the environment does reroute an ordinary session
+        requests.post(endpoint.url, data=b"via proxy", timeout=5)
+        assert len(proxy.wait_for(1)) == 1
+        # when
+        result = post(session, endpoint.url)
+        # then
+        assert result.status_code == 200
+        assert endpoint.wait_for(1)[0].body == BODY
+        assert len(proxy.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "url", ["http://", "ftp://example.com/", "example.com/hook", "http://a..b/"]
+)
+def test_invalid_urls_are_reported_not_raised(session, url):
+    result = post(session, url)
+    assert (result.status_code, result.error_kind) == (None, transport.INVALID_URL)
+    assert result.error.startswith("invalid URL: ")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "excerpt"),
+    [
+        ("text/plain; charset=utf-8", "café".encode(), "café"),
+        ("text/plain; charset=latin-1", "café".encode("latin-1"), "café"),
+        ("text/plain; charset=no-such-charset", b"ok", "ok"),
+        ("application/octet-stream", b"\xff\xfe", "\ufffd\ufffd"),
+    ],
+)
+def test_excerpt_is_decoded_by_the_response_charset(session, content_type, body, excerpt):
+    with Recorder(Reply(200, body, {"Content-Type": content_type})) as endpoint:
+        result = post(session, endpoint.url)
+    assert result.response_excerpt == excerpt
+
+
+def test_new_session_ignores_the_environment_and_never_retries():
+    session = transport.new_session(pool_maxsize=7, allow_private=False)
+    assert session.trust_env is False
+    for prefix in ("http://", "https://"):
+        adapter = session.get_adapter(prefix + "example.com/")
+        assert isinstance(adapter, netguard.GuardedAdapter)
+        assert adapter.max_retries.total == 0
+        assert adapter._pool_maxsize == 7
+        assert adapter.allow_private is False
+
+
+@pytest.fixture(scope="module")
+def localhost_cert(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for the name localhost (made with the openssl CLI)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=localhost"),
+            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _tls_context(cert: Path, key: Path, server_names: list[str | None]) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda _sock, name, _context: server_names.append(name)
+    return context
+
+
+def test_https_through_the_guard_sends_sni_and_verifies_the_host_name(session, localhost_cert):
+    server_names: list[str | None] = []
+    with Recorder(ssl_context=_tls_context(*localhost_cert, server_names)) as endpoint:
+        session.verify = str(localhost_cert[0])
+        result = post(session, f"https://localhost:{endpoint.port}/")
+    assert (result.status_code, result.error_kind) == (200, "")
+    assert server_names == ["localhost"]
+
+
+def test_an_untrusted_certificate_is_a_tls_failure(session, localhost_cert):
+    with Recorder(ssl_context=_tls_context(*localhost_cert, [])) as endpoint:
+        result = post(session, f"https://localhost:{endpoint.port}/")
+        assert endpoint.requests == []
+    assert (result.status_code, result.error_kind) == (None, transport.TLS)
+    assert "certificate verify failed" in result.error

@@ -1,0 +1,92 @@
+"""Real worker processes (`manage.py rqworker`): registration, crash recovery, warm shutdown,
+and recovery from a Redis that lost the schedule."""
+
+import signal
+import time
+
+import pytest
+from rq import Worker
+
+from delivery.enqueueing import get_scheduler
+from delivery.models import Delivery
+from tests.delivery_helpers import start_worker, statuses, wait_until
+from tests.factories import make_endpoint, make_tenant
+from tests.http_receivers import Recorder, Reply
+from webhooks.publish import publish
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def workers():
+    started = []
+
+    def start(**env: str):
+        process = start_worker(**env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def test_worker_registers_in_rq_and_delivers(workers, redis_conn) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        for i in range(10):
+            publish(tenant, "x", {"i": i})
+        process = workers()
+        receiver.wait_for(10, timeout=30)
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 10}, timeout=10)
+        assert wait_until(lambda: len(Worker.all(connection=redis_conn)) == 1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+
+
+def test_killed_worker_its_delivery_comes_back_with_the_same_webhook_id(workers) -> None:
+    with Recorder(Reply(200, delay=2.0), Reply(200)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        accepted = publish(tenant, "x", {})
+        victim = workers()
+        assert wait_until(lambda: get_scheduler().snapshot().in_flight == 1, timeout=30)
+        time.sleep(0.5)  # the request is on its way to the (slow) receiver
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.monotonic()
+        workers()
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1}, timeout=60)
+        recovered_in = time.monotonic() - killed_at
+        ids = {request.headers["webhook-id"] for request in receiver.requests}
+    assert ids == {accepted.event.id}
+    assert recovered_in < 60
+
+
+def test_sigterm_finishes_the_delivery_in_flight_then_exits(workers) -> None:
+    with Recorder(Reply(200, delay=2.0)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        publish(tenant, "x", {})
+        process = workers()
+        assert wait_until(lambda: get_scheduler().snapshot().in_flight == 1, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert len(receiver.requests) == 1
+    assert statuses() == {Delivery.DELIVERED: 1}
+    assert get_scheduler().snapshot().in_flight == 0
+
+
+def test_schedule_lost_in_redis_is_rebuilt_from_the_database(workers, redis_conn) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        for i in range(5):
+            publish(tenant, "x", {"i": i})
+        redis_conn.flushdb()  # as a Redis restart without persistence would
+        workers(MAINTENANCE_INTERVAL_SECONDS="1")
+        receiver.wait_for(5, timeout=30)
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 5}, timeout=10)
