@@ -1,8 +1,9 @@
 """Deliveries and attempts: operators' view of what was sent, read-only."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from delivery.models import Attempt, Delivery
+from delivery.replay import replay
 from webhooks.admin import ReadOnlyAdmin
 
 
@@ -28,6 +29,19 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_select_related = ["tenant", "endpoint"]
     date_hierarchy = "enqueued_at"
     inlines = [AttemptInline]
+    actions = ["replay_dead_letters"]
+
+    @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
+    def replay_dead_letters(self, request, queryset) -> None:
+        count = replay(queryset.filter(status=Delivery.DEAD))
+        messages.success(request, f"{count} dead deliveries put back in their tenants' lanes.")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Actions need change permission; the form itself stays read-only (fields below).
+        return request.user.has_perm("delivery.change_delivery")
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
 
 
 @admin.register(Attempt)

@@ -2,7 +2,7 @@
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
 
@@ -83,10 +83,19 @@ class EndpointAdmin(admin.ModelAdmin):
         "disabled_at", "created_at",
     ]
     inlines = [EndpointSecretInline]
+    actions = ["reenable_endpoints"]
+
+    @admin.action(description="Re-enable selected endpoints (held deliveries resume in order)")
+    def reenable_endpoints(self, request, queryset) -> None:
+        from delivery.endpoint_health import enable
+
+        released = sum(enable(endpoint) for endpoint in queryset)
+        messages.success(request, f"{queryset.count()} endpoints enabled; {released} held deliveries resumed.")
 
 
 class EndpointInline(admin.TabularInline):
     model = Endpoint
+    form = EndpointForm
     extra = 0
     fields = ["url", "enabled", "max_in_flight", "retry_max_in_flight", "timeout_seconds"]
     show_change_link = True
@@ -105,6 +114,23 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ["key", "name"]
     readonly_fields = ["created_at"]
     inlines = [EndpointInline, MembershipInline]
+    actions = ["pause", "resume"]
+
+    def _set_active(self, request, queryset, active: bool) -> int:
+        changed = 0
+        for tenant in queryset.filter(is_active=not active):
+            tenant.is_active = active
+            tenant.save(update_fields=["is_active"])  # save(), so the scheduler hears of it
+            changed += 1
+        return changed
+
+    @admin.action(description="Pause delivery for selected tenants (events keep arriving and wait)")
+    def pause(self, request, queryset) -> None:
+        messages.success(request, f"{self._set_active(request, queryset, False)} tenants paused.")
+
+    @admin.action(description="Resume delivery for selected tenants")
+    def resume(self, request, queryset) -> None:
+        messages.success(request, f"{self._set_active(request, queryset, True)} tenants resumed.")
 
 
 @admin.register(Membership)

@@ -4,6 +4,7 @@ import base64
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -130,6 +131,21 @@ class EndpointSecret(models.Model):
 
     def __str__(self) -> str:
         return mask_secret(self.secret)
+
+    def clean(self) -> None:
+        validate_standard_webhooks_secret(self.secret)
+
+
+def validate_standard_webhooks_secret(secret: str) -> None:
+    """A secret we sign with must decode, or every delivery to the endpoint would fail."""
+    from webhooks.signatures import standard_webhooks_key
+
+    try:
+        standard_webhooks_key(secret)
+    except ValueError as exc:
+        raise ValidationError(
+            {"secret": "Not a Standard Webhooks secret: expected whsec_ followed by base64."}
+        ) from exc
 
 
 class Membership(models.Model):

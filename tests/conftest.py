@@ -6,8 +6,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 import redis
 
+# Databases 13 and 14 are left to the benchmarks. Each pytest session takes the first
+# candidate no other live session holds, so concurrent runs never flush each other.
 TEST_REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "15"))
+CANDIDATE_DBS = [TEST_REDIS_DB, *[db for db in (12, 11, 10, 9, 8) if db != TEST_REDIS_DB]]
 MARKER_KEY = "fairhooks:test-database"
+LOCK_KEY = "fairhooks:test-session"
 
 
 def url_with_db(url: str, db: int) -> str:
@@ -20,22 +24,61 @@ def url_with_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _claim_database(base_url: str) -> str | None:
+    """The first candidate database that is ours to flush: empty or marked as the tests',
+    and not held by another live pytest session."""
+    for db in CANDIDATE_DBS:
+        url = url_with_db(base_url, db)
+        client = redis.Redis.from_url(url)
+        holder = client.get(LOCK_KEY)
+        if holder is not None and int(holder) != os.getpid() and _pid_alive(int(holder)):
+            continue
+        if client.dbsize() and not client.exists(MARKER_KEY):
+            continue
+        client.set(LOCK_KEY, os.getpid())
+        client.set(MARKER_KEY, "1")
+        return url
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
-    test_url = url_with_db(settings.REDIS_URL, TEST_REDIS_DB)
-    client = redis.Redis.from_url(test_url)
-    if client.dbsize() and not client.exists(MARKER_KEY):
+    test_url = _claim_database(settings.REDIS_URL)
+    if test_url is None:
         pytest.exit(
-            f"Redis database {TEST_REDIS_DB} at {settings.REDIS_URL} holds data that the tests "
-            "did not write; refusing to flush it. Set TEST_REDIS_DB to an empty database.",
+            f"No free Redis database among {CANDIDATE_DBS} at {settings.REDIS_URL}: each holds "
+            "data the tests did not write, or another test session. Refusing to flush it.",
             returncode=3,
         )
     settings.REDIS_URL = test_url
     for queue in settings.RQ_QUEUES.values():
         queue["URL"] = test_url
     os.environ["REDIS_URL"] = test_url  # for worker subprocesses the tests start
-    os.environ["TEST_REDIS_DB"] = str(TEST_REDIS_DB)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    if client.get(LOCK_KEY) == str(os.getpid()).encode():
+        client.flushdb()
+        client.set(MARKER_KEY, "1")
+
+
+def mark_as_ours(client: redis.Redis) -> None:
+    client.set(MARKER_KEY, "1")
+    client.set(LOCK_KEY, os.getpid())
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +88,7 @@ def redis_conn() -> redis.Redis:
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
-    client.set(MARKER_KEY, "1")
+    mark_as_ours(client)
     yield client
+    mark_as_ours(client)  # a test may have flushed the database itself
     client.close()

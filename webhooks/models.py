@@ -6,7 +6,7 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from tenants.models import Endpoint, Tenant, mask_secret
+from tenants.models import Endpoint, Tenant, mask_secret, validate_standard_webhooks_secret
 from webhooks.fairness_key import validate_location
 from webhooks.ids import new_ulid
 
@@ -88,6 +88,10 @@ class SourceSecret(models.Model):
 
     def __str__(self) -> str:
         return mask_secret(self.secret)
+
+    def clean(self) -> None:
+        if self.source_id and self.source.scheme == Source.STANDARD_WEBHOOKS:
+            validate_standard_webhooks_secret(self.secret)
 
 
 class Event(models.Model):

@@ -4,6 +4,7 @@ Every variable is listed in README.md. Defaults make `make run` work on a fresh
 clone (SQLite and an embedded Redis under var/); production sets them explicitly.
 """
 
+import os
 import secrets
 from pathlib import Path
 
@@ -102,7 +103,11 @@ def _database_config() -> dict:
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
-        config["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
+    # Per process, so that two test sessions on one machine never share a test database.
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test_db_{os.getpid()}.sqlite3")}
+    else:
+        config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return {"default": config}
 
 
