@@ -5,4 +5,6 @@ class DeliveryConfig(AppConfig):
     name = "delivery"
 
     def ready(self) -> None:
-        from delivery import signals  # noqa: F401  (connects the receivers)
+        from delivery import metrics, signals  # noqa: F401  (signals connects the receivers)
+
+        metrics.register()

@@ -204,3 +204,5 @@ LOGGING = {
 # whose process also runs DELIVERY_SLOTS delivery threads (delivery/worker.py).
 RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
 MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)
+# Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.
+METRICS_AGE_THRESHOLDS = env_float_list("METRICS_AGE_THRESHOLDS", [60, 300, 900])

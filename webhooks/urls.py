@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from delivery.views import metrics
 from webhooks import api, views
 
 admin.site.site_header = "Fair webhooks: operations"
@@ -13,5 +14,5 @@ urlpatterns = [
     path("api/v1/events", api.publish_events, name="publish-events"),
     path("admin/django-rq/", include("django_rq.urls")),
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),
+    path("metrics", metrics, name="metrics"),
 ]

@@ -1,0 +1,84 @@
+import json
+import time
+from dataclasses import asdict
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from delivery.enqueueing import get_scheduler
+from delivery.scheduler import Snapshot
+from tenants.models import Endpoint, Tenant
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+class Command(BaseCommand):
+    help = (
+        "Show the schedule: the tenants with the oldest backlog (age, depth per lane, "
+        "in flight, weight, status) and the endpoints at their concurrency cap. "
+        "--watch refreshes; --json prints one snapshot for scripts."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--top", type=int, default=settings.METRICS_TOP_N, help="How many tenants and endpoints.")
+        parser.add_argument("--watch", type=float, nargs="?", const=2.0, help="Refresh every N seconds (default 2).")
+        parser.add_argument("--json", action="store_true", help="Print the snapshot as JSON and exit.")
+
+    def handle(self, *args, top: int, watch: float | None, json: bool, **options) -> None:
+        scheduler = get_scheduler()
+        if json:
+            self.stdout.write(self._as_json(scheduler.snapshot(top_n=top)))
+            return
+        while True:
+            snapshot = scheduler.snapshot(top_n=top)
+            if watch:
+                self.stdout.write("\033[2J\033[H", ending="")
+            self.stdout.write(self._table(snapshot))
+            if not watch:
+                return
+            try:
+                time.sleep(watch)
+            except KeyboardInterrupt:
+                return
+
+    def _as_json(self, snapshot: Snapshot) -> str:
+        data = asdict(snapshot)
+        keys = dict(Tenant.objects.filter(pk__in=[t.tenant_id for t in snapshot.tenants if t.tenant_id]).values_list("pk", "key"))
+        for row in data["tenants"]:
+            row["tenant_key"] = keys.get(row["tenant_id"], "(fallback)" if row["tenant_id"] is None else None)
+        data["age_histogram"] = {f"{bound:g}": count for bound, count in snapshot.age_histogram.items()}
+        return json.dumps(data, indent=2)
+
+    def _table(self, snapshot: Snapshot) -> str:
+        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=[r.tenant_id for r in snapshot.tenants if r.tenant_id])}
+        lines = [
+            f"{snapshot.backlogged_tenants} tenants backlogged, oldest {_age(snapshot.oldest_age_seconds)}; "
+            f"queued fresh {snapshot.fresh_depth}, retry {snapshot.retry_depth}, delayed {snapshot.delayed_depth}; "
+            f"in flight {snapshot.in_flight}; fallback lane {snapshot.fallback_depth} "
+            f"({snapshot.fallback_enqueued_total} ever); deferrals {snapshot.deferrals_total}",
+            "",
+            f"{'tenant':<32} {'age':>8} {'fresh':>8} {'retry':>7} {'delayed':>8} {'flight':>6} {'weight':>6}  status",
+        ]
+        for row in snapshot.tenants:
+            tenant = tenants.get(row.tenant_id)
+            name = "(fallback lane)" if row.tenant_id is None else (tenant.key if tenant else f"#{row.tenant_id}")
+            status = "paused" if row.paused else ("sharing turns" if snapshot.backlogged_tenants > 1 else "on pace")
+            lines.append(
+                f"{name[:32]:<32} {_age(row.oldest_age_seconds):>8} {row.fresh:>8} {row.retry:>7} "
+                f"{row.delayed:>8} {row.in_flight:>6} {row.weight:>6}  {status}"
+            )
+        capped = [row for row in snapshot.endpoints if row.max_in_flight and row.in_flight >= row.max_in_flight]
+        lines += ["", f"endpoints at their cap: {len(capped)}"]
+        urls = dict(Endpoint.objects.filter(pk__in=[r.endpoint_id for r in capped]).values_list("pk", "url"))
+        for row in capped:
+            lines.append(
+                f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{row.max_in_flight} "
+                f"in flight, {row.parked_lanes} lanes waiting"
+            )
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+"""Prometheus metrics read from the scheduler at scrape time, in the web process.
+
+Worker processes keep no metrics of their own (a forking or restarting worker would
+lose them): every figure here comes from Redis or the database when Prometheus asks.
+Cardinality is bounded at any tenant count: the top-N oldest tenants and busiest
+endpoints get labels, every tenant counts in one fixed-size histogram.
+"""
+
+import logging
+from collections.abc import Iterator
+
+import redis
+from django.conf import settings
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import REGISTRY, Collector
+
+from delivery.enqueueing import get_scheduler
+from delivery.scheduler import Snapshot
+from delivery.scheduler.snapshot import DEFAULT_AGE_BUCKETS
+from tenants.models import Endpoint, Tenant
+from webhooks.models import Source
+
+logger = logging.getLogger(__name__)
+FALLBACK_LABEL = "_fallback"
+
+
+def age_buckets() -> tuple[float, ...]:
+    """Histogram bounds, always including the alert thresholds so 'over N s' is exact."""
+    return tuple(sorted(set(DEFAULT_AGE_BUCKETS) | set(settings.METRICS_AGE_THRESHOLDS)))
+
+
+def _tenant_labels(snapshot: Snapshot) -> dict[int | None, str]:
+    ids = [row.tenant_id for row in snapshot.tenants if row.tenant_id is not None]
+    labels: dict[int | None, str] = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "key"))
+    labels[None] = FALLBACK_LABEL
+    return labels
+
+
+def _endpoint_labels(snapshot: Snapshot) -> dict[int, str]:
+    ids = [row.endpoint_id for row in snapshot.endpoints]
+    return {pk: f"{pk}" for pk in Endpoint.objects.filter(pk__in=ids).values_list("pk", flat=True)}
+
+
+class ScheduleCollector(Collector):
+    def describe(self) -> list[Metric]:
+        # Without this, registering would run a whole scrape (Redis and database queries)
+        # at start-up, before migrations may even have run.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("webhook_scheduler_up", "1 if the scheduler's Redis answered this scrape.")
+        try:
+            scheduler = get_scheduler()
+            buckets = age_buckets()
+            snapshot = scheduler.snapshot(top_n=settings.METRICS_TOP_N, age_buckets=buckets)
+            counters = scheduler.counters()
+        except redis.RedisError as exc:
+            logger.warning("metrics: scheduler unavailable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            yield from self._database_metrics()
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from self._age_metrics(snapshot, buckets)
+        yield from self._depth_metrics(snapshot)
+        yield from self._counter_metrics(snapshot, counters)
+        yield from self._endpoint_metrics(snapshot)
+        yield from self._database_metrics()
+
+    def _age_metrics(self, snapshot: Snapshot, buckets: tuple[float, ...]) -> Iterator[Metric]:
+        labels = _tenant_labels(snapshot)
+        per_tenant = GaugeMetricFamily(
+            "webhook_backlog_age_seconds",
+            "Age of the oldest undelivered delivery, for the top-N oldest backlogged tenants.",
+            labels=["tenant"],
+        )
+        for row in snapshot.tenants:
+            per_tenant.add_metric([labels.get(row.tenant_id, str(row.tenant_id))], row.oldest_age_seconds)
+        yield per_tenant
+        histogram = HistogramMetricFamily(
+            "webhook_tenant_backlog_age_seconds",
+            "Backlog age of every backlogged tenant (a fixed number of series at any tenant count).",
+            buckets=[(repr(bound), snapshot.age_histogram[bound]) for bound in buckets]
+            + [("+Inf", snapshot.backlogged_tenants)],
+            sum_value=None,
+        )
+        yield histogram
+        yield GaugeMetricFamily(
+            "webhook_backlog_age_max_seconds",
+            "Age of the oldest undelivered delivery of any tenant.",
+            value=snapshot.oldest_age_seconds,
+        )
+        yield GaugeMetricFamily(
+            "webhook_tenants_backlogged", "Tenants with queued deliveries.", value=snapshot.backlogged_tenants
+        )
+        over = GaugeMetricFamily(
+            "webhook_tenants_over_threshold",
+            "Tenants whose oldest queued delivery is older than the threshold (seconds).",
+            labels=["threshold"],
+        )
+        for threshold in settings.METRICS_AGE_THRESHOLDS:
+            over.add_metric([f"{threshold:g}"], snapshot.backlogged_tenants - snapshot.age_histogram[threshold])
+        yield over
+
+    def _depth_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
+        depth = GaugeMetricFamily("webhook_lane_depth", "Queued deliveries by lane.", labels=["lane"])
+        depth.add_metric(["fresh"], snapshot.fresh_depth)
+        depth.add_metric(["retry"], snapshot.retry_depth)
+        depth.add_metric(["delayed"], snapshot.delayed_depth)
+        depth.add_metric(["fallback"], snapshot.fallback_depth)
+        yield depth
+        yield GaugeMetricFamily("webhook_in_flight", "Deliveries leased to workers now.", value=snapshot.in_flight)
+
+    def _counter_metrics(self, snapshot: Snapshot, counters: dict[str, int]) -> Iterator[Metric]:
+        outcomes = CounterMetricFamily(
+            "webhook_deliveries", "Finished delivery attempts by outcome.", labels=["outcome"]
+        )
+        for outcome in ("delivered", "retry", "dead", "held"):
+            outcomes.add_metric([outcome], counters.get(outcome, 0))
+        yield outcomes
+        yield CounterMetricFamily(
+            "webhook_deferrals",
+            "Times work was not handed out because its endpoint was at its cap (never an attempt).",
+            value=snapshot.deferrals_total,
+        )
+        yield CounterMetricFamily(
+            "webhook_retries_scheduled", "Deliveries put back for a later retry.", value=counters.get("retry", 0)
+        )
+        yield CounterMetricFamily(
+            "webhook_dead_letters", "Deliveries that exhausted their retries.", value=counters.get("dead", 0)
+        )
+        yield CounterMetricFamily(
+            "webhook_fallback_enqueued",
+            "Deliveries that entered the fallback lane (events without a tenant key).",
+            value=snapshot.fallback_enqueued_total,
+        )
+
+    def _endpoint_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
+        labels = _endpoint_labels(snapshot)
+        in_flight = GaugeMetricFamily(
+            "webhook_endpoint_in_flight", "In-flight requests, top-N busiest endpoints.", labels=["endpoint"]
+        )
+        cap = GaugeMetricFamily(
+            "webhook_endpoint_max_in_flight", "Concurrency cap, top-N busiest endpoints.", labels=["endpoint"]
+        )
+        for row in snapshot.endpoints:
+            label = labels.get(row.endpoint_id, str(row.endpoint_id))
+            in_flight.add_metric([label], row.in_flight)
+            cap.add_metric([label], row.max_in_flight)
+        yield in_flight
+        yield cap
+
+    def _database_metrics(self) -> Iterator[Metric]:
+        fallback = CounterMetricFamily(
+            "webhook_fallback_events", "Ingested events without a usable tenant key, per source.", labels=["source"]
+        )
+        for slug, count in Source.objects.values_list("slug", "fallback_count"):
+            fallback.add_metric([slug], count)
+        yield fallback
+        yield GaugeMetricFamily(
+            "webhook_endpoints_disabled",
+            "Endpoints disabled (by a 410, persistent failure or an operator).",
+            value=Endpoint.objects.filter(enabled=False).count(),
+        )
+
+
+_registered = False
+
+
+def register() -> None:
+    """Once per process; django-prometheus serves the default registry at /metrics."""
+    global _registered
+    if not _registered:
+        REGISTRY.register(ScheduleCollector())
+        _registered = True

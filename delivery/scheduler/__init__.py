@@ -1,0 +1,30 @@
+"""The fair scheduler: the only module that knows a Redis key of the schedule.
+
+Usage: ``Scheduler.from_settings()`` then enqueue / pick / ack / retry_later / renew /
+wait; operators use set_tenant / set_endpoint / snapshot; rebuilds use epoch /
+start_epoch / clear. Design and guarantees: docs/SCHEDULER.md.
+"""
+
+from .records import (
+    FRESH,
+    RETRY,
+    EndpointRow,
+    Item,
+    Lease,
+    PickResult,
+    Snapshot,
+    TenantRow,
+)
+from .scheduler import Scheduler
+
+__all__ = [
+    "FRESH",
+    "RETRY",
+    "EndpointRow",
+    "Item",
+    "Lease",
+    "PickResult",
+    "Scheduler",
+    "Snapshot",
+    "TenantRow",
+]

@@ -1,0 +1,64 @@
+"""Key names and the encodings shared with the Lua scripts (see lua/lib.lua).
+
+Every key starts with ``wh:{<shard>}:``: the braces are a Redis Cluster hash tag, so all
+keys of one shard live in one slot and each script can touch them atomically.
+"""
+
+from .records import FRESH, RETRY
+
+FALLBACK_TOKEN = "fb"  # noqa: S105 (a lane name, not a secret)
+KIND_OF_LANE = {FRESH: "f", RETRY: "r"}
+LANE_OF_KIND = {kind: lane for lane, kind in KIND_OF_LANE.items()}
+
+
+def prefix(shard: int) -> str:
+    return f"wh:{{{shard}}}:"
+
+
+def tenant_token(tenant_id: int | None) -> str:
+    return FALLBACK_TOKEN if tenant_id is None else str(int(tenant_id))
+
+
+def tenant_id_of(token: str) -> int | None:
+    return None if token == FALLBACK_TOKEN else int(token)
+
+
+def lease_member(
+    delivery_id: str, tenant_id: int | None, endpoint_id: int, lane: str, token: str
+) -> str:
+    """A lease's member in the leases ZSET: what it frees needs no lookup."""
+    return "|".join(
+        (delivery_id, tenant_token(tenant_id), str(endpoint_id), KIND_OF_LANE[lane], token)
+    )
+
+
+class Keys:
+    """The names of one shard's keys that Python itself reads or writes."""
+
+    def __init__(self, shard: int) -> None:
+        self.prefix = prefix(shard)
+        self.stats = self.prefix + "stats"
+        self.wake = self.prefix + "wake"
+        self.epoch = self.prefix + "epoch"
+        self.leases = self.prefix + "leases"
+        self.delayed = self.prefix + "delayed"
+        self.fifo = self.prefix + "fifo"
+        self.vt = self.prefix + "vt"
+        self.busy = self.prefix + "busy"
+        self.age = self.prefix + "age"
+        self.paused = self.prefix + "paused"
+
+    def lane(self, tenant_id: int | None, endpoint_id: int, lane: str) -> str:
+        return f"{self.prefix}q:{tenant_token(tenant_id)}:{endpoint_id}:{KIND_OF_LANE[lane]}"
+
+    def rotation(self, tenant_id: int | None, lane: str) -> str:
+        return f"{self.prefix}rot:{tenant_token(tenant_id)}:{KIND_OF_LANE[lane]}"
+
+    def park(self, endpoint_id: int, lane: str) -> str:
+        return f"{self.prefix}park:{endpoint_id}:{KIND_OF_LANE[lane]}"
+
+    def tenant(self, tenant_id: int | None) -> str:
+        return f"{self.prefix}t:{tenant_token(tenant_id)}"
+
+    def endpoint(self, endpoint_id: int) -> str:
+        return f"{self.prefix}e:{endpoint_id}"

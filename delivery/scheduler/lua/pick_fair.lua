@@ -1,0 +1,101 @@
+-- pick_fair.lua: hand out up to max_items leases, one tenant turn at a time.
+-- ARGV[4] worker id, [5] max_items, [6] turn size, [7] retry minimum share (ppm),
+-- [8] fallback weight, [9] lease seconds, [10] promote limit, [11] reclaim limit.
+-- Returns {lease members, deadline, wait seconds}.
+local worker = ARGV[4]
+local max_items = tonumber(ARGV[5])
+local turn_size = tonumber(ARGV[6])
+local share = tonumber(ARGV[7])
+local fallback_weight = tonumber(ARGV[8])
+local deadline = NOW + tonumber(ARGV[9])
+
+promote_due(tonumber(ARGV[10]))
+reclaim_expired(tonumber(ARGV[11]))
+
+-- Fresh first, but while both kinds wait, a credit of `share` per dispatch buys a retry
+-- whenever it reaches one whole dispatch: retries get at least that share, exactly.
+local function choose_kind(t, tk)
+  local fresh = redis.call('EXISTS', rot_key(t, 'f')) == 1
+  local retry = redis.call('EXISTS', rot_key(t, 'r')) == 1
+  if fresh and retry then
+    if num(redis.call('HGET', tk, 'c')) + share >= PPM then return 'r', true end
+    return 'f', true
+  end
+  if fresh then return 'f', false end
+  if retry then return 'r', false end
+  return nil, false
+end
+
+local out = {}
+local v = vtime()
+-- Bounds the work of one call: every iteration dispatches or parks one lane.
+local budget = 2 * max_items + 16
+local deferred = 0
+while #out < max_items and budget > 0 do
+  budget = budget - 1
+  local top = redis.call('ZRANGE', K_VT, 0, 0, 'WITHSCORES')
+  if not top[1] then break end
+  local t, score = top[1], tonumber(top[2])
+  if score > v then v = score end
+  local tk = tenant_key(t)
+  -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
+  local row = redis.call('HMGET', tk, 'w', 'u')
+  local weight = num(row[1])
+  if t == FALLBACK then weight = fallback_weight end
+  if weight < 1 then weight = 1 end
+  -- A full turn (turn_size deliveries) advances the tenant by 1/weight: weight w gets
+  -- w turns per lap of the others' one.
+  local step = 1 / (weight * turn_size)
+  local used = num(row[2])
+  local n = used
+  while n < turn_size and #out < max_items and budget > 0 do
+    local k, both = choose_kind(t, tk)
+    if not k then break end
+    local rot = rot_key(t, k)
+    local e = redis.call('LINDEX', rot, 0)
+    local free = free_slots(e, k)
+    if free <= 0 then
+      -- Endpoint full: no lease, no attempt. Park the lane and try the tenant's next one.
+      redis.call('LPOP', rot)
+      park(t, e, k, score + n * step)
+      deferred = deferred + 1
+      budget = budget - 1
+    else
+      local id = redis.call('LPOP', lane_key(t, e, k))
+      local more = note_head(t, e, k)
+      out[#out + 1] = grant(id, t, e, k, deadline, worker)
+      n = n + 1
+      if both then
+        local delta = share
+        if k == 'r' then delta = share - PPM end
+        redis.call('HINCRBY', tk, 'c', delta)
+      end
+      -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
+      -- its endpoint (cheaper than discovering it full next turn), else goes to the back.
+      if not more then
+        redis.call('LPOP', rot)
+      elseif free <= 1 then
+        -- Work is left waiting for this endpoint's cap: that is a deferral too.
+        redis.call('LPOP', rot)
+        park(t, e, k, score + n * step)
+        deferred = deferred + 1
+      else
+        redis.call('LMOVE', rot, rot, 'LEFT', 'RIGHT')
+      end
+    end
+  end
+  if not has_rotation(t) then
+    redis.call('ZREM', K_VT, t)
+  elseif n >= turn_size then
+    redis.call('ZADD', K_VT, score + n * step, t)
+  elseif n > used then
+    redis.call('HSET', tk, 'u', n) -- keeps its score: still first in line
+  end
+  if used > 0 and (n >= turn_size or not has_rotation(t)) then redis.call('HDEL', tk, 'u') end
+end
+
+redis.call('HSET', K_STATS, 'V', v)
+if deferred > 0 then redis.call('HINCRBY', K_STATS, 'deferrals', deferred) end
+local wait = 0
+if #out < max_items and redis.call('EXISTS', K_VT) == 0 then wait = next_event_wait() end
+return {out, string.format('%.6f', deadline), string.format('%.3f', wait)}

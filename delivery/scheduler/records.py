@@ -1,0 +1,84 @@
+"""The values that cross the scheduler's face. Plain data: no Redis in here."""
+
+from dataclasses import dataclass, field
+
+FRESH = "fresh"
+RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One delivery to put in the schedule. Weight and caps ride along on purpose: the
+    database is the source of truth, so each enqueue refreshes what Redis knows."""
+
+    delivery_id: str  # a 26-char ULID; its first 10 chars are the enqueue time in ms
+    tenant_id: int | None  # None = the fallback lane (the event had no tenant key)
+    endpoint_id: int
+    weight: int = 1
+    max_in_flight: int = 2
+    retry_max_in_flight: int = 1
+    lane: str = FRESH
+    due_at: float | None = None  # epoch seconds; later than now = delayed until then
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on one in-flight slot until `deadline` (extend it with renew)."""
+
+    delivery_id: str
+    tenant_id: int | None
+    endpoint_id: int
+    lane: str
+    deadline: float
+    # Tells this hand-out from a later one of the same delivery (after an expiry), so a
+    # slow worker's ack can never release the slot of the worker that took over.
+    token: str = field(default="", compare=True)
+
+
+@dataclass(frozen=True)
+class PickResult:
+    leases: list[Lease]
+    wait_seconds: float  # 0: more may be ready now; else how long a worker may sleep
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    tenant_id: int | None  # None = the fallback lane
+    fresh: int
+    retry: int
+    delayed: int
+    in_flight: int
+    oldest_age_seconds: float
+    weight: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class EndpointRow:
+    endpoint_id: int
+    in_flight: int
+    max_in_flight: int
+    retry_in_flight: int
+    retry_max_in_flight: int
+    parked_lanes: int  # tenant lanes waiting for a slot on this endpoint
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent view of the schedule, read in one bounded script."""
+
+    active_tenants: int  # tenants with anything queued, delayed or in flight
+    backlogged_tenants: int  # tenants with queued (dispatchable or parked) work
+    fresh_depth: int
+    retry_depth: int
+    delayed_depth: int
+    in_flight: int
+    fallback_enqueued_total: int
+    fallback_depth: int
+    deferrals_total: int
+    oldest_age_seconds: float  # oldest queued delivery; 0 when nothing is queued
+    tenants: list[TenantRow]  # the top-N oldest backlogged tenants, oldest first
+    endpoints: list[EndpointRow]  # the top-N endpoints by in-flight leases
+    # Cumulative: bound (seconds) -> tenants whose oldest queued delivery is at most that
+    # old; backlogged_tenants is the +Inf bucket. Fair mode only (FIFO keeps no ages).
+    age_histogram: dict[float, int]

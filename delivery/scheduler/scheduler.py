@@ -1,0 +1,234 @@
+"""The fair scheduler's face: every Redis key and script of the schedule is behind it.
+
+Each method is one Lua script, so one round trip and one atomic step (see
+docs/SCHEDULER.md for the data structures and the guarantees).
+"""
+
+import contextlib
+import re
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import redis
+
+from webhooks.ids import ULID_LENGTH, new_ulid
+
+from . import keys, scripts, snapshot
+from .records import Item, Lease, PickResult, Snapshot
+
+MODES = ("fair", "fifo")
+_OUTCOME = re.compile(r"[a-z_]{1,32}")
+
+
+@cache
+def _client(url: str) -> redis.Redis:
+    """One client (one connection pool) per URL and process."""
+    return redis.Redis.from_url(url)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        *,
+        mode: str = "fair",
+        shard: int = 0,
+        turn_size: int = 1,
+        retry_min_share: float = 0.1,
+        fallback_weight: int = 1,
+        lease_seconds: float = 30,
+        clock: Callable[[], float] | None = None,
+        promote_limit: int = 64,
+        reclaim_limit: int = 16,
+    ) -> None:
+        """`clock` is for tests: None means every script reads the Redis server's clock,
+        so workers on different hosts agree on lease deadlines. The limits bound how many
+        due retries and expired leases one pick moves, keeping each pick O(1)-ish."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if turn_size < 1 or fallback_weight < 1 or lease_seconds <= 0:
+            raise ValueError("turn_size, fallback_weight and lease_seconds must be positive")
+        if not 0 <= retry_min_share <= 1:
+            raise ValueError("retry_min_share must be between 0 and 1")
+        self.connection = connection
+        self.mode = mode
+        self.shard = shard
+        self.turn_size = turn_size
+        self.retry_min_share = retry_min_share
+        self.fallback_weight = fallback_weight
+        self.lease_seconds = lease_seconds
+        self.keys = keys.Keys(shard)
+        self._clock = clock
+        self._limits = (promote_limit, reclaim_limit)
+        self._scripts = scripts.register_all(connection)
+
+    @classmethod
+    def from_settings(cls) -> "Scheduler":
+        """A scheduler configured from django.conf.settings, read now (not at import)."""
+        from django.conf import settings
+
+        return cls(
+            _client(settings.REDIS_URL),
+            mode=settings.SCHEDULER_MODE,
+            shard=settings.SCHEDULER_SHARD,
+            turn_size=settings.SCHEDULER_TURN_SIZE,
+            retry_min_share=settings.SCHEDULER_RETRY_MIN_SHARE,
+            fallback_weight=settings.SCHEDULER_FALLBACK_WEIGHT,
+            lease_seconds=settings.LEASE_SECONDS,
+        )
+
+    def _run(self, name: str, *args: object) -> Any:
+        now = -1.0 if self._clock is None else self._clock()
+        return self._scripts[name](
+            keys=[self.keys.stats], args=[self.keys.prefix, repr(now), self.mode, *args]
+        )
+
+    def enqueue(self, items: Sequence[Item]) -> None:
+        """Put a batch of deliveries in the schedule: one round trip, atomically.
+        Not idempotent: enqueue each delivery once (a rebuild starts from clear())."""
+        if not items:
+            return
+        args: list[object] = []
+        for item in items:
+            if len(item.delivery_id) != ULID_LENGTH:
+                raise ValueError(f"delivery_id must be a ULID, got {item.delivery_id!r}")
+            weight = self.fallback_weight if item.tenant_id is None else item.weight
+            if weight < 1 or item.max_in_flight < 0 or item.retry_max_in_flight < 0:
+                raise ValueError(f"bad weight or caps in {item!r}")
+            args += (
+                item.delivery_id,
+                keys.tenant_token(item.tenant_id),
+                int(item.endpoint_id),
+                weight,
+                item.max_in_flight,
+                item.retry_max_in_flight,
+                keys.KIND_OF_LANE[item.lane],
+                "" if item.due_at is None else repr(float(item.due_at)),
+            )
+        self._run("enqueue", *args)
+
+    def pick(self, worker_id: str, max_items: int = 1) -> PickResult:
+        """Lease up to max_items deliveries, one tenant turn at a time, in one round trip.
+        The same script first promotes due retries and reclaims expired leases (bounded)."""
+        members, deadline, wait = self._run(
+            f"pick_{self.mode}",
+            worker_id.replace("|", "_"),
+            max(1, max_items),
+            self.turn_size,
+            round(self.retry_min_share * 1_000_000),
+            self.fallback_weight,
+            repr(float(self.lease_seconds)),
+            *self._limits,
+        )
+        until = float(snapshot.text(deadline))
+        return PickResult(
+            leases=[_lease(snapshot.text(member), until) for member in members],
+            wait_seconds=float(snapshot.text(wait)),
+        )
+
+    def ack(self, leases: Sequence[Lease], *, outcome: str = "done") -> list[str]:
+        """Finished (delivered, dead, held): drop the leases and free their slots, in one
+        round trip, counting them under `outcome` (see counters). Returns the ids whose
+        lease was already lost: those were reclaimed and will be handed out again, so the
+        worker must check the row before sending."""
+        if not _OUTCOME.fullmatch(outcome):
+            raise ValueError(f"outcome must be a short lower-case word, not {outcome!r}")
+        if not leases:
+            return []
+        return [snapshot.text(i) for i in self._run("ack", outcome, *map(_member, leases))]
+
+    def retry_later(self, lease: Lease, due_at: float) -> bool:
+        """Free the slot and hold the delivery until due_at, when it enters its tenant's
+        retry lane. False if the lease was lost already (nothing was changed)."""
+        return bool(self._run("retry_later", _member(lease), repr(float(due_at))))
+
+    def renew(self, leases: Sequence[Lease]) -> list[str]:
+        """Push the deadlines lease_seconds ahead; returns the ids whose lease was lost."""
+        if not leases:
+            return []
+        lost, _deadline = self._run("renew", repr(float(self.lease_seconds)), *map(_member, leases))
+        return [snapshot.text(i) for i in lost]
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until an enqueue, ack or retry pushes a wake-up, or timeout passes:
+        blocked work costs no CPU."""
+        if timeout <= 0:
+            return
+        # A client socket timeout shorter than ours ends the wait early: same as a timeout.
+        with contextlib.suppress(redis.TimeoutError):
+            self.connection.blpop([self.keys.wake], timeout=timeout)
+
+    def set_tenant(self, tenant_id: int, *, weight: int, paused: bool) -> None:
+        """Apply an operator's change. A paused tenant keeps its lanes but gets no turns;
+        on resume it continues from where it stood in the turn order."""
+        if weight < 1:
+            raise ValueError("weight must be at least 1")
+        self._run("set_tenant", keys.tenant_token(tenant_id), weight, "1" if paused else "0")
+
+    def set_endpoint(
+        self, endpoint_id: int, *, max_in_flight: int, retry_max_in_flight: int
+    ) -> None:
+        """New caps; a raised cap un-parks waiting lanes at once."""
+        if max_in_flight < 0 or retry_max_in_flight < 0:
+            raise ValueError("caps cannot be negative")
+        self._run("set_endpoint", int(endpoint_id), max_in_flight, retry_max_in_flight)
+
+    def snapshot(
+        self, top_n: int = 20, age_buckets: Sequence[float] = snapshot.DEFAULT_AGE_BUCKETS
+    ) -> Snapshot:
+        """Totals, the top_n oldest tenants and busiest endpoints, and a histogram of all
+        tenants' backlog ages: a bounded number of Redis operations at any tenant count."""
+        reply = self._run("snapshot", max(0, top_n), *map(repr, map(float, age_buckets)))
+        return snapshot.decode(reply, tuple(age_buckets))
+
+    def age_histogram(self, buckets: Sequence[float]) -> dict[float, int]:
+        """Bound (seconds) -> number of tenants whose oldest queued work is at most that old."""
+        return self.snapshot(top_n=0, age_buckets=buckets).age_histogram
+
+    def counters(self) -> dict[str, int]:
+        """Leases finished so far, by ack outcome, plus "retry" for retry_later: kept in
+        Redis because worker processes come and go and would lose in-process counts."""
+        stats = self.connection.hgetall(self.keys.stats)
+        fields = {snapshot.text(k): int(v) for k, v in stats.items()}
+        return {k[4:]: v for k, v in fields.items() if k.startswith("out:")}
+
+    def epoch(self) -> str | None:
+        """The marker set after the last rebuild; None means Redis lost the schedule."""
+        value = self.connection.get(self.keys.epoch)
+        return None if value is None else snapshot.text(value)
+
+    def start_epoch(self) -> str:
+        value = new_ulid()
+        self.connection.set(self.keys.epoch, value)
+        return value
+
+    def clear(self) -> None:
+        """Delete every key of this shard's schedule (before a rebuild from the database).
+        A SCAN is fine here: it runs once per rebuild, never on the hot path."""
+        batch = []
+        for key in self.connection.scan_iter(match=self.keys.prefix + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                self.connection.unlink(*batch)
+                batch.clear()
+        if batch:
+            self.connection.unlink(*batch)
+
+
+def _member(lease: Lease) -> str:
+    return keys.lease_member(
+        lease.delivery_id, lease.tenant_id, lease.endpoint_id, lease.lane, lease.token
+    )
+
+
+def _lease(member: str, deadline: float) -> Lease:
+    delivery_id, tenant, endpoint, kind, token = member.split("|", 4)
+    return Lease(
+        delivery_id=delivery_id,
+        tenant_id=keys.tenant_id_of(tenant),
+        endpoint_id=int(endpoint),
+        lane=keys.LANE_OF_KIND[kind],
+        deadline=deadline,
+        token=token,
+    )

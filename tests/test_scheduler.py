@@ -1,0 +1,665 @@
+"""The fair scheduler's behaviour, against a real Redis (db 15, flushed per test)."""
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from delivery.scheduler import Item, Lease, Scheduler
+from webhooks.ids import new_ulid, ulid_time_ms
+
+T0 = 1_800_000_000.0
+
+
+class FakeClock:
+    """Scripts take `now` from here instead of the Redis clock: lease expiry on demand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def batch(tenant: int | None, endpoint: int, n: int, **fields) -> list[Item]:
+    return [Item(new_ulid(), tenant, endpoint, **fields) for _ in range(n)]
+
+
+def drain(sched: Scheduler, max_items: int = 50) -> list[Lease]:
+    """Pick and ack until nothing is dispatchable; returns the leases in hand-out order."""
+    order: list[Lease] = []
+    while True:
+        leases = sched.pick("drain", max_items).leases
+        if not leases:
+            return order
+        order += leases
+        sched.ack(leases)
+
+
+def dispatch_order(sched: Scheduler, n: int) -> list[Lease]:
+    """n single picks, each acked at once (so caps never bind)."""
+    order = []
+    for _ in range(n):
+        (lease,) = sched.pick("w").leases
+        order.append(lease)
+        sched.ack([lease])
+    return order
+
+
+def schedule_keys(sched: Scheduler) -> set[str]:
+    return {k.decode() for k in sched.connection.scan_iter(match=sched.keys.prefix + "*")}
+
+
+def check_invariants(sched: Scheduler) -> Counter:
+    """Read the whole schedule (SCAN is fine in a test) and check the structural rules of
+    lua/lib.lua. Returns a Counter of every delivery id held anywhere in the schedule."""
+    r, keys = sched.connection, sched.keys
+    prefix = keys.prefix
+
+    def scan(pattern: str) -> list[list[str]]:
+        found = r.scan_iter(match=prefix + pattern, count=1000)
+        return [k.decode()[len(prefix) :].split(":") for k in found]
+
+    def strings(values) -> list[str]:
+        return [v.decode() for v in values]
+
+    lanes = {
+        (t, e, k): strings(r.lrange(f"{prefix}q:{t}:{e}:{k}", 0, -1)) for _, t, e, k in scan("q:*")
+    }
+    assert all(lanes.values()), "an empty lane key was left behind"
+    in_rotation, parked = Counter(), Counter()
+    for _, t, k in scan("rot:*"):
+        for e in strings(r.lrange(f"{prefix}rot:{t}:{k}", 0, -1)):
+            in_rotation[(t, e, k)] += 1
+    for _, e, k in scan("park:*"):
+        for t in strings(r.zrange(f"{prefix}park:{e}:{k}", 0, -1)):
+            parked[(t, e, k)] += 1
+    places = in_rotation + parked
+    assert set(places) == set(lanes), "a lane is lost, or listed while empty"
+    assert max(places.values(), default=1) == 1, "a lane is listed twice"
+
+    paused = set(strings(r.smembers(keys.paused)))
+    eligible = {t for t, _, _ in in_rotation} - paused
+    assert set(strings(r.zrange(keys.vt, 0, -1))) == eligible
+
+    leases = [m.split("|") for m in strings(r.zrange(keys.leases, 0, -1))]
+    delayed = [m.split("|") for m in strings(r.zrange(keys.delayed, 0, -1))]
+    fifo = [m.split("|") for m in strings(r.lrange(keys.fifo, 0, -1))]
+    busy = {e.decode(): int(s) for e, s in r.zrange(keys.busy, 0, -1, withscores=True)}
+    assert busy == dict(Counter(e for _, _, e, _, _ in leases))
+    for e, in_flight in busy.items():
+        retry_leases = sum(1 for _, _, le, k, _ in leases if le == e and k == "r")
+        assert int(r.hget(keys.prefix + f"e:{e}", "ri") or 0) == retry_leases
+        assert in_flight >= 0
+
+    tenants = {t for _, t in scan("t:*")}
+    held = {t for t, _, _ in lanes} | {m[1] for m in leases + delayed + fifo}
+    assert tenants == held, "a tenant hash leaked, or a busy tenant has none"
+    for t in tenants:
+        counts = r.hmget(f"{prefix}t:{t}", *"frdi")
+        row = dict(zip("frdi", (int(v or 0) for v in counts), strict=True))
+        for k in "fr":
+            queued = sum(len(ids) for (lt, _, lk), ids in lanes.items() if lt == t and lk == k)
+            queued += sum(1 for m in fifo if m[1] == t and m[3] == k)
+            assert row[k] == queued
+        assert row["d"] == sum(1 for m in delayed if m[1] == t)
+        assert row["i"] == sum(1 for m in leases if m[1] == t)
+        if sched.mode == "fair" and any(lt == t for lt, _, _ in lanes):
+            oldest = min(ulid_time_ms(ids[0]) for (lt, _, _), ids in lanes.items() if lt == t)
+            assert int(r.zscore(keys.age, t)) == oldest
+
+    ids = Counter(i for lane in lanes.values() for i in lane)
+    ids.update(m[0] for m in leases + delayed + fifo)
+    for _, e in scan("e:*"):
+        n = sum(c for i, c in ids.items() if _endpoint_of(lanes, leases, delayed, fifo, i) == e)
+        assert int(r.hget(f"{prefix}e:{e}", "n")) == n
+    return ids
+
+
+def _endpoint_of(lanes, leases, delayed, fifo, delivery_id) -> str:
+    for (_, e, _), ids in lanes.items():
+        if delivery_id in ids:
+            return e
+    return next(m[2] for m in leases + delayed + fifo if m[0] == delivery_id)
+
+
+GLOBAL_KEYS = {"stats", "wake", "epoch"}
+
+
+def assert_no_tenant_keys(sched: Scheduler) -> None:
+    left = {k[len(sched.keys.prefix) :] for k in schedule_keys(sched)}
+    assert left <= GLOBAL_KEYS, f"keys left behind: {sorted(left - GLOBAL_KEYS)}"
+
+
+# --- hand-out, drain, keys -----------------------------------------------------------
+
+
+def test_every_delivery_is_handed_out_once_and_a_drain_leaves_no_keys(redis_conn):
+    sched = Scheduler(redis_conn)
+    work = batch(1, 10, 30) + batch(2, 11, 5) + batch(None, 10, 4) + batch(3, 12, 7, lane="retry")
+    sched.enqueue(work)
+    assert sum(check_invariants(sched).values()) == len(work)
+
+    handed = [lease.delivery_id for lease in drain(sched, max_items=7)]
+
+    assert sorted(handed) == sorted(item.delivery_id for item in work)
+    assert_no_tenant_keys(sched)
+    others = [k for k in redis_conn.scan_iter() if not k.startswith(b"fairhooks:")]
+    assert len(others) <= len(GLOBAL_KEYS)  # DBSIZE, minus the test harness's markers
+
+
+def test_every_key_carries_the_shard_hash_tag(redis_conn):
+    sched = Scheduler(redis_conn, shard=7)
+    sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(None, 2, 1))
+    lease = sched.pick("w").leases[0]
+    sched.retry_later(lease, time.time() + 60)
+    sched.pick("w", 5)
+    sched.start_epoch()
+
+    mine = {k.decode() for k in redis_conn.scan_iter() if not k.startswith(b"fairhooks:")}
+    assert mine and all(k.startswith("wh:{7}:") for k in mine)
+
+
+def test_first_attempts_keep_arrival_order_within_a_tenant_endpoint_pair(redis_conn):
+    sched = Scheduler(redis_conn, turn_size=2)
+    lanes = {(t, e): batch(t, e, 20) for t in (1, 2) for e in (5, 6)}
+    for i in range(20):  # interleave the arrivals of the four pairs
+        sched.enqueue([lane[i] for lane in lanes.values()])
+
+    order = [(lease.tenant_id, lease.endpoint_id, lease.delivery_id) for lease in drain(sched)]
+
+    for (t, e), lane in lanes.items():
+        assert [i for lt, le, i in order if (lt, le) == (t, e)] == [x.delivery_id for x in lane]
+
+
+# --- fairness -------------------------------------------------------------------------
+
+
+def test_equal_tenants_share_dispatches_evenly_however_many_events_or_endpoints(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 900, max_in_flight=100))  # one endpoint, a flood
+    for e in range(10, 16):  # six endpoints
+        sched.enqueue(batch(2, e, 60, max_in_flight=100))
+    for e in range(20, 23):  # three endpoints, a trickle each
+        sched.enqueue(batch(3, e, 40, max_in_flight=100))
+
+    shares = Counter(lease.tenant_id for lease in dispatch_order(sched, 300))
+
+    assert all(90 <= shares[t] <= 110 for t in (1, 2, 3)), shares
+
+
+def test_weight_w_gets_w_turns_per_lap(redis_conn):
+    sched = Scheduler(redis_conn)
+    for tenant, weight in ((1, 1), (2, 2), (3, 4)):
+        sched.enqueue(batch(tenant, tenant, 600, weight=weight, max_in_flight=100))
+
+    shares = Counter(lease.tenant_id for lease in dispatch_order(sched, 700))
+
+    assert 90 <= shares[1] <= 110 and 180 <= shares[2] <= 220 and 360 <= shares[3] <= 440
+
+
+def test_quiet_tenant_waits_at_most_one_lap(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 2000, max_in_flight=100))
+    for tenant in range(2, 10):
+        sched.enqueue(batch(tenant, tenant, 50, max_in_flight=100))
+    dispatch_order(sched, 37)  # somewhere in the middle of a lap
+
+    sched.enqueue(batch(99, 99, 1))
+    order = dispatch_order(sched, 10)
+
+    lap = 10  # tenants backlogged, the newcomer included
+    assert 99 in [lease.tenant_id for lease in order[:lap]]
+
+
+def test_turn_size_hands_a_tenant_that_many_deliveries_per_turn(redis_conn):
+    sched = Scheduler(redis_conn, turn_size=3)
+    sched.enqueue(batch(1, 1, 30, max_in_flight=10) + batch(2, 2, 30, max_in_flight=10))
+
+    tenants = [lease.tenant_id for lease in dispatch_order(sched, 12)]
+
+    assert tenants == [1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2]
+
+
+def test_one_pick_hands_out_several_leases_one_per_turn(redis_conn):
+    sched = Scheduler(redis_conn)
+    for tenant in (1, 2, 3):
+        sched.enqueue(batch(tenant, tenant, 10, max_in_flight=10))
+
+    leases = sched.pick("w", max_items=6).leases
+
+    assert [lease.tenant_id for lease in leases] == [1, 2, 3, 1, 2, 3]
+
+
+def test_a_contended_endpoint_shares_its_slots_by_tenant_weight(redis_conn):
+    """The gateway case: every tenant posts to the same destination, capped at one."""
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 7, 400, weight=1, max_in_flight=1))
+    sched.enqueue(batch(2, 7, 400, weight=2, max_in_flight=1))
+    sched.enqueue(batch(3, 7, 400, weight=1, max_in_flight=1))
+
+    shares = Counter(lease.tenant_id for lease in dispatch_order(sched, 400))
+
+    assert 90 <= shares[1] <= 110 and 180 <= shares[2] <= 220 and 90 <= shares[3] <= 110
+
+
+# --- endpoint caps --------------------------------------------------------------------
+
+
+def test_capped_endpoint_blocks_neither_the_tenants_other_endpoints_nor_other_tenants(
+    redis_conn,
+):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 10, max_in_flight=1) + batch(1, 2, 3, max_in_flight=5))
+    sched.enqueue(batch(2, 1, 3, max_in_flight=1) + batch(2, 3, 3, max_in_flight=5))
+
+    leases = sched.pick("w", max_items=20).leases
+
+    per_endpoint = Counter(lease.endpoint_id for lease in leases)
+    assert per_endpoint == {1: 1, 2: 3, 3: 3}
+    snap = sched.snapshot()
+    assert snap.in_flight == 7 and snap.fresh_depth == 12
+    assert snap.deferrals_total >= 1  # tenant 2's lane found endpoint 1 full: no lease
+    assert {row.endpoint_id: row.parked_lanes for row in snap.endpoints}[1] == 2
+    check_invariants(sched)
+
+
+def test_when_all_work_is_capped_pick_returns_nothing_and_says_how_long_to_sleep(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 5, max_in_flight=2))
+    held = sched.pick("w", max_items=5).leases
+    assert len(held) == 2
+
+    result = sched.pick("w", max_items=5)
+    deferrals = sched.snapshot().deferrals_total
+
+    assert result.leases == [] and result.wait_seconds > 0
+    assert sched.pick("w").leases == []  # no spinning: the lane is parked, not retried
+    assert sched.snapshot().deferrals_total == deferrals
+    sched.ack(held[:1])
+    assert len(sched.pick("w", max_items=5).leases) == 1
+
+
+def test_raising_a_cap_unparks_waiting_lanes_at_once(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 5, max_in_flight=1) + batch(2, 1, 5, max_in_flight=1))
+    assert len(sched.pick("w", 10).leases) == 1
+
+    sched.set_endpoint(1, max_in_flight=3, retry_max_in_flight=1)
+
+    assert len(sched.pick("w", 10).leases) == 2
+    check_invariants(sched)
+
+
+def test_a_cap_carried_by_a_later_enqueue_also_unparks(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 5, max_in_flight=1))
+    sched.pick("w", 10)
+
+    sched.enqueue(batch(2, 1, 1, max_in_flight=4))
+
+    assert len(sched.pick("w", 10).leases) == 3
+
+
+# --- leases ---------------------------------------------------------------------------
+
+
+def test_an_expired_lease_returns_its_delivery_to_the_head_of_its_lane(redis_conn):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock, lease_seconds=10)
+    work = batch(1, 1, 3, max_in_flight=1)
+    sched.enqueue(work)
+    (crashed,) = sched.pick("w1").leases
+    assert sched.pick("w2").leases == []  # slot taken
+
+    clock.advance(11)
+    (again,) = sched.pick("w2").leases
+
+    assert again.delivery_id == work[0].delivery_id and again.token != crashed.token
+    assert sched.snapshot().in_flight == 1  # the dead worker's slot was freed, not leaked
+    assert sched.ack([crashed]) == [crashed.delivery_id]  # too late: no effect
+    assert sched.snapshot().in_flight == 1
+    assert sched.ack([again]) == []
+    check_invariants(sched)
+
+
+def test_renew_keeps_a_lease_alive_and_reports_lost_ones(redis_conn):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock, lease_seconds=10)
+    sched.enqueue(batch(1, 1, 1) + batch(2, 2, 1))
+    kept, dropped = sched.pick("w", 2).leases
+
+    for _ in range(3):
+        clock.advance(8)
+        assert sched.renew([kept]) == []
+    clock.advance(8)
+    sched.pick("other")  # reclaims `dropped` (its deadline passed long ago)
+
+    assert sched.renew([kept, dropped]) == [dropped.delivery_id]
+    assert sched.ack([kept]) == []
+
+
+def test_a_crashed_workers_leases_are_reclaimed_a_bounded_number_per_pick(redis_conn):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock, lease_seconds=5, reclaim_limit=4)
+    sched.enqueue(batch(1, 1, 10, max_in_flight=10))
+    assert len(sched.pick("dies", 10).leases) == 10
+    clock.advance(6)
+
+    first = sched.pick("w", 1)
+
+    assert sched.snapshot().in_flight == 10 - 4 + 1
+    assert first.wait_seconds == 0
+    assert len(drain(sched)) == 10 - 1
+
+
+# --- retries --------------------------------------------------------------------------
+
+
+def test_retry_later_waits_in_the_delayed_set_then_enters_the_retry_lane(redis_conn):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock)
+    sched.enqueue(batch(1, 1, 1))
+    (lease,) = sched.pick("w").leases
+
+    assert sched.retry_later(lease, due_at=clock.now + 30)
+    early = sched.pick("w")
+    assert early.leases == [] and 0 < early.wait_seconds <= 5
+    assert sched.snapshot().delayed_depth == 1
+    clock.advance(31)
+    (retry,) = sched.pick("w").leases
+
+    assert (retry.delivery_id, retry.lane) == (lease.delivery_id, "retry")
+    assert sched.retry_later(lease, due_at=clock.now) is False  # the old lease is spent
+
+
+def test_retries_get_at_least_their_minimum_share_while_fresh_is_backlogged(redis_conn):
+    sched = Scheduler(redis_conn, retry_min_share=0.2)
+    sched.enqueue(batch(1, 1, 400, max_in_flight=100, retry_max_in_flight=100))
+    sched.enqueue(batch(1, 2, 400, lane="retry", max_in_flight=100, retry_max_in_flight=100))
+
+    lanes = Counter(lease.lane for lease in dispatch_order(sched, 300))
+
+    assert 54 <= lanes["retry"] <= 66  # 20% ± 10%
+
+
+def test_retries_get_everything_once_fresh_is_empty(redis_conn):
+    sched = Scheduler(redis_conn, retry_min_share=0.1)
+    sched.enqueue(batch(1, 1, 10, max_in_flight=100))
+    sched.enqueue(batch(1, 2, 100, lane="retry", max_in_flight=100, retry_max_in_flight=100))
+
+    lanes = [lease.lane for lease in dispatch_order(sched, 50)]
+
+    assert lanes.count("fresh") == 10 and lanes[-30:] == ["retry"] * 30
+
+
+def test_retries_to_an_endpoint_are_held_to_retry_max_in_flight(redis_conn):
+    sched = Scheduler(redis_conn, retry_min_share=1.0)
+    sched.enqueue(batch(1, 1, 5, max_in_flight=4, retry_max_in_flight=1))
+    sched.enqueue(batch(1, 1, 5, lane="retry", max_in_flight=4, retry_max_in_flight=1))
+
+    leases = sched.pick("w", 10).leases
+
+    assert Counter(lease.lane for lease in leases) == {"retry": 1, "fresh": 3}
+    retry = next(lease for lease in leases if lease.lane == "retry")
+    sched.ack([retry])
+    assert [lease.lane for lease in sched.pick("w", 10).leases] == ["retry"]
+    assert sched.pick("w", 10).leases == []  # endpoint full: 3 fresh + 1 retry
+    sched.ack([next(lease for lease in leases if lease.lane == "fresh")])
+    assert [lease.lane for lease in sched.pick("w", 10).leases] == ["fresh"]  # retry cap full
+
+
+# --- fallback, FIFO, pause --------------------------------------------------------------
+
+
+def test_fallback_lane_has_its_own_weighted_turns_and_a_counter(redis_conn):
+    sched = Scheduler(redis_conn, fallback_weight=2)
+    sched.enqueue(batch(None, 1, 300, max_in_flight=100) + batch(1, 1, 300, max_in_flight=100))
+
+    order = dispatch_order(sched, 150)
+
+    shares = Counter(lease.tenant_id for lease in order)
+    assert 90 <= shares[None] <= 110 and 45 <= shares[1] <= 55
+    assert redis_conn.exists(sched.keys.lane(None, 1, "fresh"))  # a lane of its own
+    snap = sched.snapshot()
+    assert snap.fallback_enqueued_total == 300 and snap.fallback_depth == 300 - shares[None]
+    assert next(row for row in snap.tenants if row.tenant_id is None).weight == 2
+
+
+def test_fifo_mode_serves_everything_in_arrival_order(redis_conn):
+    sched = Scheduler(redis_conn, mode="fifo")
+    flood = batch(1, 1, 50, max_in_flight=10)
+    sched.enqueue(flood)
+    sched.enqueue(batch(2, 2, 1))
+
+    order = dispatch_order(sched, 51)
+
+    assert [lease.delivery_id for lease in order[:50]] == [i.delivery_id for i in flood]
+    assert order[50].tenant_id == 2
+    assert_no_tenant_keys(sched)
+
+
+def test_fifo_mode_defers_capped_deliveries_and_still_drains(redis_conn):
+    sched = Scheduler(redis_conn, mode="fifo")
+    sched.enqueue(batch(1, 1, 5, max_in_flight=1) + batch(2, 2, 2))
+
+    leases = sched.pick("w", 10).leases
+
+    assert Counter(lease.endpoint_id for lease in leases) == {1: 1, 2: 2}
+    assert sched.snapshot().deferrals_total == 4
+    sched.ack(leases)
+    assert len(drain(sched, max_items=1)) == 4
+    check_invariants(sched)
+
+
+def test_paused_tenant_gets_no_turns_and_resumes_where_it_was(redis_conn):
+    sched = Scheduler(redis_conn)
+    paused_work = batch(1, 1, 6, max_in_flight=10)
+    sched.enqueue(paused_work + batch(2, 2, 20, max_in_flight=10))
+    first = dispatch_order(sched, 4)
+
+    sched.set_tenant(1, weight=1, paused=True)
+    during = dispatch_order(sched, 10)
+    assert {lease.tenant_id for lease in during} == {2}
+    row = next(row for row in sched.snapshot().tenants if row.tenant_id == 1)
+    assert row.paused and row.fresh == 4
+    check_invariants(sched)
+    sched.set_tenant(1, weight=1, paused=False)
+    after = dispatch_order(sched, 8)
+
+    tenant_1 = [lease.delivery_id for lease in first + after if lease.tenant_id == 1]
+    assert tenant_1 == [item.delivery_id for item in paused_work]
+    # Back in the rotation at the current virtual time: alternating again at once.
+    assert min(Counter(lease.tenant_id for lease in after[:6]).values()) >= 2
+
+
+def test_pausing_does_not_strand_slots_handed_to_the_paused_tenant(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(2, 1, 3, max_in_flight=1))
+    (lease,) = sched.pick("w", 5).leases
+    sched.ack([lease])  # un-parks the next lane in line
+    waiting = 2 if lease.tenant_id == 1 else 1
+
+    sched.set_tenant(3 - waiting, weight=1, paused=True)
+
+    assert [x.tenant_id for x in sched.pick("w", 5).leases] == [waiting]
+
+
+# --- snapshot, wake-ups, epochs ---------------------------------------------------------
+
+
+def test_snapshot_reports_a_known_scenario(redis_conn):
+    clock = FakeClock()
+    now_ms = int(T0 * 1000)
+    sched = Scheduler(redis_conn, clock=clock)
+
+    def aged(tenant, endpoint, seconds_old, **fields):
+        return Item(new_ulid(now_ms - seconds_old * 1000), tenant, endpoint, **fields)
+
+    sched.enqueue([aged(1, 1, 300, max_in_flight=1), aged(1, 1, 200, max_in_flight=1)])
+    sched.enqueue([aged(2, 2, 100, weight=4, max_in_flight=3), aged(2, 2, 50, max_in_flight=3)])
+    sched.enqueue([aged(None, 3, 10), aged(3, 1, 20, max_in_flight=1)])
+    sched.set_tenant(3, weight=1, paused=True)
+    _, t2, _ = sched.pick("w", 3).leases  # one turn each; tenant 3 is paused
+    sched.retry_later(t2, due_at=T0 + 60)
+
+    snap = sched.snapshot(top_n=2, age_buckets=(30, 150, 250))
+
+    assert (snap.fresh_depth, snap.retry_depth, snap.delayed_depth, snap.in_flight) == (3, 0, 1, 2)
+    assert (snap.active_tenants, snap.backlogged_tenants) == (4, 3)
+    assert (snap.fallback_enqueued_total, snap.fallback_depth) == (1, 0)
+    assert snap.oldest_age_seconds == pytest.approx(200, abs=0.01)
+    assert [(r.tenant_id, r.fresh, r.in_flight, r.weight) for r in snap.tenants] == [
+        (1, 1, 1, 1),
+        (2, 1, 0, 1),
+    ]
+    assert snap.tenants[1].delayed == 1 and snap.tenants[1].oldest_age_seconds == 50
+    assert snap.age_histogram == {30: 1, 150: 2, 250: 3}
+    endpoint_1 = next(row for row in snap.endpoints if row.endpoint_id == 1)
+    assert (endpoint_1.in_flight, endpoint_1.max_in_flight, endpoint_1.parked_lanes) == (1, 1, 1)
+    assert sched.age_histogram([100]) == {100: 2}
+
+
+def test_snapshot_is_one_bounded_call_at_thousands_of_tenants(redis_conn, monkeypatch):
+    sched = Scheduler(redis_conn)
+    for start in range(0, 5000, 1000):
+        sched.enqueue(
+            [Item(new_ulid(), t, 1, max_in_flight=10) for t in range(start, start + 1000)]
+        )
+    sched.snapshot()  # load the script
+    calls = []
+    real = redis_conn.execute_command
+    monkeypatch.setattr(
+        redis_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
+
+    snap = sched.snapshot(top_n=10)
+
+    assert calls == ["EVALSHA"]
+    assert len(snap.tenants) == 10 and snap.backlogged_tenants == 5000
+    assert snap.age_histogram[max(snap.age_histogram)] == 5000
+
+
+def test_set_tenant_changes_the_weight_of_a_backlogged_tenant(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 300, max_in_flight=10) + batch(2, 2, 300, max_in_flight=10))
+
+    sched.set_tenant(2, weight=3, paused=False)
+
+    shares = Counter(lease.tenant_id for lease in dispatch_order(sched, 200))
+    assert 135 <= shares[2] <= 165
+
+
+def test_wait_wakes_on_enqueue(redis_conn):
+    sched = Scheduler(redis_conn)
+    threading.Timer(0.2, sched.enqueue, [batch(1, 1, 1)]).start()
+
+    started = time.monotonic()
+    sched.wait(5)
+
+    assert time.monotonic() - started < 2
+    assert len(sched.pick("w").leases) == 1
+
+
+def test_wait_wakes_when_an_ack_frees_a_slot_for_parked_work(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 2, max_in_flight=1))
+    held = sched.pick("w", 5).leases
+    assert sched.pick("w").wait_seconds > 0
+    redis_conn.delete(sched.keys.wake)  # only the ack may wake us
+    threading.Timer(0.2, sched.ack, [held]).start()
+
+    started = time.monotonic()
+    sched.wait(5)
+
+    assert time.monotonic() - started < 2
+    assert len(sched.pick("w").leases) == 1
+
+
+def test_wait_sleeps_until_the_timeout_when_nothing_happens(redis_conn):
+    sched = Scheduler(redis_conn)
+    started = time.monotonic()
+    sched.wait(0.3)
+    assert 0.25 <= time.monotonic() - started < 2
+
+
+def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(redis_conn):
+    sched = Scheduler(redis_conn, shard=3)
+    other = Scheduler(redis_conn, shard=4)
+    assert sched.epoch() is None
+    marker = sched.start_epoch()
+    sched.enqueue(batch(1, 1, 3) + batch(None, 2, 1, due_at=time.time() + 60))
+    other.enqueue(batch(1, 1, 1))
+    assert sched.epoch() == marker
+
+    sched.clear()
+
+    assert sched.epoch() is None and schedule_keys(sched) == set()
+    assert schedule_keys(other)  # another shard is untouched
+
+
+def test_enqueue_with_a_future_due_at_is_delayed_until_then(redis_conn):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock)
+    sched.enqueue(batch(1, 1, 1, lane="retry", due_at=T0 + 10) + batch(1, 1, 1, due_at=T0 - 1))
+
+    assert [lease.lane for lease in sched.pick("w", 5).leases] == ["fresh"]
+    clock.advance(10)
+    assert [lease.lane for lease in sched.pick("w", 5).leases] == ["retry"]
+
+
+def test_from_settings_reads_the_settings_at_call_time(settings):
+    settings.SCHEDULER_MODE = "fifo"
+    settings.SCHEDULER_SHARD = 5
+    settings.SCHEDULER_TURN_SIZE = 3
+    settings.LEASE_SECONDS = 7
+
+    sched = Scheduler.from_settings()
+
+    assert (sched.mode, sched.shard, sched.turn_size, sched.lease_seconds) == ("fifo", 5, 3, 7)
+
+
+# --- cost -----------------------------------------------------------------------------
+
+
+def test_enqueue_pick_and_ack_each_take_one_round_trip(redis_conn, monkeypatch):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 1))
+    sched.ack(sched.pick("w").leases)  # load the scripts once
+    calls = []
+    real = redis_conn.execute_command
+    monkeypatch.setattr(
+        redis_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
+
+    sched.enqueue(batch(1, 1, 50) + batch(2, 2, 50))
+    leases = sched.pick("w", max_items=4).leases
+    sched.ack(leases)
+
+    assert len(leases) == 4 and calls == ["EVALSHA"] * 3
+
+
+def test_a_queued_delivery_costs_about_32_bytes_in_its_lane(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 2000))
+    used = redis_conn.memory_usage(sched.keys.lane(1, 1, "fresh"), samples=0)
+    assert used / 2000 <= 40
+
+
+def test_counters_total_finished_leases_by_outcome(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 4, max_in_flight=4))
+    a, b, c, d = sched.pick("w", 4).leases
+
+    sched.ack([a, b], outcome="delivered")
+    sched.ack([c], outcome="dead")
+    sched.retry_later(d, time.time() + 60)
+    sched.ack([a], outcome="delivered")  # lost: not counted twice
+
+    assert sched.counters() == {"delivered": 2, "dead": 1, "retry": 1}
+    with pytest.raises(ValueError):
+        sched.ack([d], outcome="no such outcome!")
