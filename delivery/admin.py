@@ -21,8 +21,15 @@ class AttemptInline(admin.TabularInline):
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
     list_display = [
-        "id", "tenant", "endpoint", "status", "lane", "attempts", "enqueued_at",
-        "next_attempt_at", "delivered_at",
+        "id",
+        "tenant",
+        "endpoint",
+        "status",
+        "lane",
+        "attempts",
+        "enqueued_at",
+        "next_attempt_at",
+        "delivered_at",
     ]
     list_filter = ["status", "lane"]
     search_fields = ["id", "event__id", "tenant__key", "endpoint__url"]

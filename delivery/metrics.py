@@ -53,7 +53,9 @@ class ScheduleCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("webhook_scheduler_up", "1 if the scheduler's Redis answered this scrape.")
+        up = GaugeMetricFamily(
+            "webhook_scheduler_up", "1 if the scheduler's Redis answered this scrape."
+        )
         try:
             scheduler = get_scheduler()
             buckets = age_buckets()
@@ -81,7 +83,9 @@ class ScheduleCollector(Collector):
             labels=["tenant"],
         )
         for row in snapshot.tenants:
-            per_tenant.add_metric([labels.get(row.tenant_id, str(row.tenant_id))], row.oldest_age_seconds)
+            per_tenant.add_metric(
+                [labels.get(row.tenant_id, str(row.tenant_id))], row.oldest_age_seconds
+            )
         yield per_tenant
         histogram = HistogramMetricFamily(
             "webhook_tenant_backlog_age_seconds",
@@ -97,7 +101,9 @@ class ScheduleCollector(Collector):
             value=snapshot.oldest_age_seconds,
         )
         yield GaugeMetricFamily(
-            "webhook_tenants_backlogged", "Tenants with queued deliveries.", value=snapshot.backlogged_tenants
+            "webhook_tenants_backlogged",
+            "Tenants with queued deliveries.",
+            value=snapshot.backlogged_tenants,
         )
         over = GaugeMetricFamily(
             "webhook_tenants_over_threshold",
@@ -105,17 +111,23 @@ class ScheduleCollector(Collector):
             labels=["threshold"],
         )
         for threshold in settings.METRICS_AGE_THRESHOLDS:
-            over.add_metric([f"{threshold:g}"], snapshot.backlogged_tenants - snapshot.age_histogram[threshold])
+            over.add_metric(
+                [f"{threshold:g}"], snapshot.backlogged_tenants - snapshot.age_histogram[threshold]
+            )
         yield over
 
     def _depth_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
-        depth = GaugeMetricFamily("webhook_lane_depth", "Queued deliveries by lane.", labels=["lane"])
+        depth = GaugeMetricFamily(
+            "webhook_lane_depth", "Queued deliveries by lane.", labels=["lane"]
+        )
         depth.add_metric(["fresh"], snapshot.fresh_depth)
         depth.add_metric(["retry"], snapshot.retry_depth)
         depth.add_metric(["delayed"], snapshot.delayed_depth)
         depth.add_metric(["fallback"], snapshot.fallback_depth)
         yield depth
-        yield GaugeMetricFamily("webhook_in_flight", "Deliveries leased to workers now.", value=snapshot.in_flight)
+        yield GaugeMetricFamily(
+            "webhook_in_flight", "Deliveries leased to workers now.", value=snapshot.in_flight
+        )
 
     def _counter_metrics(self, snapshot: Snapshot, counters: dict[str, int]) -> Iterator[Metric]:
         outcomes = CounterMetricFamily(
@@ -130,10 +142,14 @@ class ScheduleCollector(Collector):
             value=snapshot.deferrals_total,
         )
         yield CounterMetricFamily(
-            "webhook_retries_scheduled", "Deliveries put back for a later retry.", value=counters.get("retry", 0)
+            "webhook_retries_scheduled",
+            "Deliveries put back for a later retry.",
+            value=counters.get("retry", 0),
         )
         yield CounterMetricFamily(
-            "webhook_dead_letters", "Deliveries that exhausted their retries.", value=counters.get("dead", 0)
+            "webhook_dead_letters",
+            "Deliveries that exhausted their retries.",
+            value=counters.get("dead", 0),
         )
         yield CounterMetricFamily(
             "webhook_fallback_enqueued",
@@ -144,10 +160,14 @@ class ScheduleCollector(Collector):
     def _endpoint_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
         labels = _endpoint_labels(snapshot)
         in_flight = GaugeMetricFamily(
-            "webhook_endpoint_in_flight", "In-flight requests, top-N busiest endpoints.", labels=["endpoint"]
+            "webhook_endpoint_in_flight",
+            "In-flight requests, top-N busiest endpoints.",
+            labels=["endpoint"],
         )
         cap = GaugeMetricFamily(
-            "webhook_endpoint_max_in_flight", "Concurrency cap, top-N busiest endpoints.", labels=["endpoint"]
+            "webhook_endpoint_max_in_flight",
+            "Concurrency cap, top-N busiest endpoints.",
+            labels=["endpoint"],
         )
         for row in snapshot.endpoints:
             label = labels.get(row.endpoint_id, str(row.endpoint_id))
@@ -158,7 +178,9 @@ class ScheduleCollector(Collector):
 
     def _database_metrics(self) -> Iterator[Metric]:
         fallback = CounterMetricFamily(
-            "webhook_fallback_events", "Ingested events without a usable tenant key, per source.", labels=["source"]
+            "webhook_fallback_events",
+            "Ingested events without a usable tenant key, per source.",
+            labels=["source"],
         )
         for slug, count in Source.objects.values_list("slug", "fallback_count"):
             fallback.add_metric([slug], count)

@@ -36,7 +36,11 @@ class Delivery(models.Model):
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries",
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="deliveries",
         help_text="Copied from the event: the lane it waits in. Empty is the fallback lane.",
     )
     status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=PENDING)

@@ -32,7 +32,9 @@ def _after_commit(action, what: str) -> None:
 @receiver(post_save, sender=Tenant)
 def tenant_saved(sender, instance: Tenant, **kwargs) -> None:
     _after_commit(
-        lambda: get_scheduler().set_tenant(instance.pk, weight=instance.weight, paused=not instance.is_active),
+        lambda: get_scheduler().set_tenant(
+            instance.pk, weight=instance.weight, paused=not instance.is_active
+        ),
         f"tenant {instance.key}",
     )
 

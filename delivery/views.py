@@ -13,7 +13,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if token:
         offered = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(offered.encode(), token.encode()):
-            response = HttpResponse("metrics need a bearer token\n", status=401, content_type="text/plain")
+            response = HttpResponse(
+                "metrics need a bearer token\n", status=401, content_type="text/plain"
+            )
             response["WWW-Authenticate"] = "Bearer"
             return response
     return ExportToDjangoView(request)

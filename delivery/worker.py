@@ -43,9 +43,13 @@ class DeliveryWorker(SimpleWorker):
             if self._cold_stop:
                 engine.stop(graceful=False)
             else:
-                logger.info("warm shutdown: finishing %d in-flight deliveries", len(engine.in_flight()))
+                logger.info(
+                    "warm shutdown: finishing %d in-flight deliveries", len(engine.in_flight())
+                )
                 if not engine.stop(graceful=True):
-                    logger.warning("deliveries still running at exit come back through their leases")
+                    logger.warning(
+                        "deliveries still running at exit come back through their leases"
+                    )
         super().teardown()
 
     def _schedule_maintenance(self) -> None:

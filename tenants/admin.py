@@ -50,7 +50,17 @@ class EndpointForm(forms.ModelForm):
 
     class Meta:
         model = Endpoint
-        fields = "__all__"
+        fields = [
+            "tenant",
+            "url",
+            "description",
+            "event_types",
+            "max_in_flight",
+            "retry_max_in_flight",
+            "timeout_seconds",
+            "enabled",
+            "disabled_reason",
+        ]
 
     def clean_url(self) -> str:
         from delivery.netguard import validate_destination_url
@@ -71,16 +81,25 @@ class EndpointForm(forms.ModelForm):
 class EndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
     list_display = [
-        "url", "tenant", "enabled", "max_in_flight", "retry_max_in_flight",
-        "consecutive_failures", "disabled_reason",
+        "url",
+        "tenant",
+        "enabled",
+        "max_in_flight",
+        "retry_max_in_flight",
+        "consecutive_failures",
+        "disabled_reason",
     ]
     list_filter = ["enabled"]
     search_fields = ["url", "tenant__key", "tenant__name", "description"]
     list_select_related = ["tenant"]
     autocomplete_fields = ["tenant"]
     readonly_fields = [
-        "consecutive_failures", "failing_since", "last_success_at", "last_failure_at",
-        "disabled_at", "created_at",
+        "consecutive_failures",
+        "failing_since",
+        "last_success_at",
+        "last_failure_at",
+        "disabled_at",
+        "created_at",
     ]
     inlines = [EndpointSecretInline]
     actions = ["reenable_endpoints"]
@@ -90,7 +109,9 @@ class EndpointAdmin(admin.ModelAdmin):
         from delivery.endpoint_health import enable
 
         released = sum(enable(endpoint) for endpoint in queryset)
-        messages.success(request, f"{queryset.count()} endpoints enabled; {released} held deliveries resumed.")
+        messages.success(
+            request, f"{queryset.count()} endpoints enabled; {released} held deliveries resumed."
+        )
 
 
 class EndpointInline(admin.TabularInline):

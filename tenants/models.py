@@ -105,7 +105,9 @@ class Endpoint(models.Model):
         return f"{owner} → {self.url}"
 
     def event_type_filter(self) -> list[str]:
-        return [item.strip() for item in self.event_types.replace("\n", ",").split(",") if item.strip()]
+        return [
+            item.strip() for item in self.event_types.replace("\n", ",").split(",") if item.strip()
+        ]
 
     def accepts(self, event_type: str) -> bool:
         wanted = self.event_type_filter()
@@ -165,7 +167,9 @@ class Membership(models.Model):
     class Meta:
         ordering = ["tenant__key", "user__username"]
         constraints = [
-            models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_user_tenant")
+            models.UniqueConstraint(
+                fields=["user", "tenant"], name="one_membership_per_user_tenant"
+            )
         ]
 
     def __str__(self) -> str:

@@ -14,7 +14,9 @@ from delivery.models import Delivery
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+def wait_until(
+    condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

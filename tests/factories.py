@@ -10,7 +10,9 @@ def make_tenant(key: str = "shop-a.example", **fields) -> Tenant:
     return Tenant.objects.create(key=key, name=fields.pop("name", key), **fields)
 
 
-def make_endpoint(tenant: Tenant | None, url: str = "http://127.0.0.1:9/hook", **fields) -> Endpoint:
+def make_endpoint(
+    tenant: Tenant | None, url: str = "http://127.0.0.1:9/hook", **fields
+) -> Endpoint:
     return Endpoint.objects.create(tenant=tenant, url=url, **fields)
 
 

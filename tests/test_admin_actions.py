@@ -48,7 +48,11 @@ def test_replay_puts_dead_letters_back_in_the_lane(staff_client) -> None:
     Delivery.objects.update(status=Delivery.DEAD, attempts=8)
     run_action(staff_client, "delivery.delivery", "replay_dead_letters", [lease.delivery_id])
     delivery = Delivery.objects.get()
-    assert (delivery.status, delivery.attempts, delivery.lane) == (Delivery.PENDING, 0, Delivery.FRESH)
+    assert (delivery.status, delivery.attempts, delivery.lane) == (
+        Delivery.PENDING,
+        0,
+        Delivery.FRESH,
+    )
     assert [one.delivery_id for one in scheduler.pick("w", 1).leases] == [delivery.id]
 
 

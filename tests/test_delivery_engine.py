@@ -48,7 +48,11 @@ def verify_standard_webhooks(secret: str, headers, body: bytes) -> bool:
     key = base64.b64decode(secret.removeprefix("whsec_"))
     signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-    offered = [part.split(",", 1)[1] for part in headers["webhook-signature"].split() if part.startswith("v1,")]
+    offered = [
+        part.split(",", 1)[1]
+        for part in headers["webhook-signature"].split()
+        if part.startswith("v1,")
+    ]
     return any(hmac.compare_digest(expected, sig) for sig in offered)
 
 
@@ -56,7 +60,10 @@ def test_delivers_with_standard_webhooks_headers_and_records_the_attempt(engine)
     with Recorder() as receiver:
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url + "/hook")
-        old, new = EndpointSecret.objects.create(endpoint=endpoint), EndpointSecret.objects.create(endpoint=endpoint)
+        old, new = (
+            EndpointSecret.objects.create(endpoint=endpoint),
+            EndpointSecret.objects.create(endpoint=endpoint),
+        )
         accepted = publish(tenant, "order.created", {"n": 1})
         engine()
         [request] = receiver.wait_for(1)
@@ -83,7 +90,9 @@ def test_failure_is_retried_with_the_same_webhook_id(engine) -> None:
         assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1})
     assert len({r.headers["webhook-id"] for r in requests}) == 1
     assert list(Attempt.objects.order_by("number").values_list("status_code", "outcome")) == [
-        (503, Attempt.RETRY), (500, Attempt.RETRY), (200, Attempt.DELIVERED)
+        (503, Attempt.RETRY),
+        (500, Attempt.RETRY),
+        (200, Attempt.DELIVERED),
     ]
     delivery = Delivery.objects.get()
     assert (delivery.attempts, delivery.lane) == (3, Delivery.RETRY)

@@ -132,7 +132,11 @@ def test_jitter_spreads_retries_that_failed_together():
 @pytest.mark.parametrize(
     ("retry_after", "first_delay", "third_delay"),
     [
-        (120.0, 120.0, 1800.0),  # "not before": later than the schedule's 5 s, not sooner than 1800 s
+        (
+            120.0,
+            120.0,
+            1800.0,
+        ),  # "not before": later than the schedule's 5 s, not sooner than 1800 s
         (10_000.0, 3600.0, 3600.0),  # clamped to retry_after_max
         (float("inf"), 3600.0, 3600.0),
         (0.0, 5.0, 1800.0),  # never sooner than the schedule: a hot loop cannot burn the retries

@@ -17,7 +17,11 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **env}
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
-        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -48,7 +52,13 @@ def test_defaults_start_cleanly() -> None:
 
 
 def test_bool_reader_accepts_the_usual_spellings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for raw, expected in [("true", True), ("1", True), ("On", True), ("false", False), ("0", False)]:
+    for raw, expected in [
+        ("true", True),
+        ("1", True),
+        ("On", True),
+        ("false", False),
+        ("0", False),
+    ]:
         monkeypatch.setenv("X_FLAG", raw)
         assert env_bool("X_FLAG", not expected) is expected
 
@@ -76,7 +86,9 @@ def test_list_readers(monkeypatch: pytest.MonkeyPatch) -> None:
         env_float_list("X_FLOATS", [])
 
 
-def test_secret_file_wins_over_plain_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secret_file_wins_over_plain_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from webhooks.env import secret_from_file_or_env
 
     secret_file = tmp_path / "key"

@@ -14,8 +14,14 @@ class SourceSecretInline(MaskedSecretInline):
 @admin.register(Source)
 class SourceAdmin(admin.ModelAdmin):
     list_display = [
-        "slug", "name", "scheme", "fairness_key", "auto_register_tenants", "is_active",
-        "fallback_count", "ingest_url",
+        "slug",
+        "name",
+        "scheme",
+        "fairness_key",
+        "auto_register_tenants",
+        "is_active",
+        "fallback_count",
+        "ingest_url",
     ]
     list_filter = ["scheme", "is_active", "auto_register_tenants"]
     search_fields = ["slug", "name"]

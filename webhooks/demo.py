@@ -9,7 +9,7 @@ from tenants.models import Endpoint, EndpointSecret, Membership, Tenant
 from webhooks.models import Source, SourceSecret
 
 DEMO_SOURCE_SLUG = "shop"
-DEMO_SOURCE_SECRET = "demo-shopify-secret"  # development only; printed so you can sign requests
+DEMO_SOURCE_SECRET = "demo-shopify-secret"  # noqa: S105 (development only; printed so you can sign requests)
 DEMO_RECEIVER = "http://127.0.0.1:8001"
 QUIET_TENANTS = ["alpha-shop.example", "bravo-shop.example", "charlie-shop.example"]
 LOUD_TENANT = "big-shop.example"
@@ -28,7 +28,8 @@ def seed(receiver: str = DEMO_RECEIVER) -> dict[str, str]:
     """Idempotent: running it again changes nothing that exists."""
     password = admin_password()
     admin, created = User.objects.get_or_create(
-        username="admin", defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"}
+        username="admin",
+        defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"},
     )
     if created:
         admin.set_password(password)
@@ -36,11 +37,19 @@ def seed(receiver: str = DEMO_RECEIVER) -> dict[str, str]:
     shared, _ = Endpoint.objects.get_or_create(
         tenant=None,
         url=f"{receiver}/shared",
-        defaults={"description": "The demo app behind the gateway", "max_in_flight": 8, "retry_max_in_flight": 2},
+        defaults={
+            "description": "The demo app behind the gateway",
+            "max_in_flight": 8,
+            "retry_max_in_flight": 2,
+        },
     )
     for index, key in enumerate([*QUIET_TENANTS, LOUD_TENANT]):
         tenant, _ = Tenant.objects.get_or_create(
-            key=key, defaults={"name": key.split(".")[0].replace("-", " ").title(), "weight": 2 if index == 2 else 1}
+            key=key,
+            defaults={
+                "name": key.split(".")[0].replace("-", " ").title(),
+                "weight": 2 if index == 2 else 1,
+            },
         )
         own_path = "flaky" if key == "bravo-shop.example" else f"t/{key}"
         endpoint, made = Endpoint.objects.get_or_create(
@@ -52,7 +61,9 @@ def seed(receiver: str = DEMO_RECEIVER) -> dict[str, str]:
     if made:
         viewer.set_password(password)
         viewer.save()
-        Membership.objects.get_or_create(user=viewer, tenant=Tenant.objects.get(key=QUIET_TENANTS[0]))
+        Membership.objects.get_or_create(
+            user=viewer, tenant=Tenant.objects.get(key=QUIET_TENANTS[0])
+        )
     source, made = Source.objects.get_or_create(
         slug=DEMO_SOURCE_SLUG,
         defaults={

@@ -5,6 +5,7 @@ or be reached like a shared Redis), keeps nothing on disk, and is shared by ever
 process of the checkout: the first one to need it starts it.
 """
 
+import contextlib
 import fcntl
 import shutil
 import subprocess
@@ -64,15 +65,24 @@ def ensure_running(directory: Path) -> Path:
         subprocess.run(
             [
                 find_redis_server(),
-                "--port", "0",
-                "--unixsocket", str(socket_path),
-                "--unixsocketperm", "700",
-                "--daemonize", "yes",
-                "--pidfile", str(directory / "redis.pid"),
-                "--logfile", str(directory / "redis.log"),
-                "--dir", str(directory),
-                "--save", "",
-                "--appendonly", "no",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(socket_path),
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(directory / "redis.pid"),
+                "--logfile",
+                str(directory / "redis.log"),
+                "--dir",
+                str(directory),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -93,8 +103,7 @@ def stop(directory: Path) -> bool:
     socket_path = directory / "redis.sock"
     if not _answers(socket_path):
         return False
-    try:
+    # SHUTDOWN closes the connection before it can answer.
+    with contextlib.suppress(redis.ConnectionError):
         redis.Redis(unix_socket_path=str(socket_path)).shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass  # SHUTDOWN closes the connection before it can answer
     return True

@@ -43,7 +43,9 @@ def env_bool(name: str, default: bool) -> bool:
     return _read(name, default, parse, "one of true/false, 1/0, yes/no, on/off")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     def parse(raw: str) -> int:
         value = int(raw)
         if minimum is not None and value < minimum:
@@ -52,8 +54,10 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
             raise ValueError(raw)
         return value
 
-    bounds = f" between {minimum} and {maximum}" if maximum is not None else (
-        f" of at least {minimum}" if minimum is not None else ""
+    bounds = (
+        f" between {minimum} and {maximum}"
+        if maximum is not None
+        else (f" of at least {minimum}" if minimum is not None else "")
     )
     return _read(name, default, parse, f"a whole number{bounds}")
 

@@ -33,11 +33,15 @@ class Source(models.Model):
     name = models.CharField(max_length=200, blank=True)
     scheme = models.CharField(max_length=32, choices=SCHEME_CHOICES, default=HMAC_SHA256)
     hmac_header = models.CharField(
-        max_length=100, blank=True, default="X-Signature",
+        max_length=100,
+        blank=True,
+        default="X-Signature",
         help_text="Generic HMAC only: the header holding the signature.",
     )
     hmac_encoding = models.CharField(
-        max_length=10, choices=[("hex", "hex"), ("base64", "base64")], default="hex",
+        max_length=10,
+        choices=[("hex", "hex"), ("base64", "base64")],
+        default="hex",
         help_text="Generic HMAC only.",
     )
     hmac_prefix = models.CharField(
@@ -55,7 +59,9 @@ class Source(models.Model):
         help_text="Create a tenant for an unknown key (default weight) instead of using the fallback lane.",
     )
     destinations = models.ManyToManyField(
-        Endpoint, blank=True, related_name="sources",
+        Endpoint,
+        blank=True,
+        related_name="sources",
         help_text="Where this source's events are delivered (gateway mode).",
     )
     is_active = models.BooleanField(default=True)
@@ -102,7 +108,11 @@ class Event(models.Model):
         Source, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
     )
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="events",
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="events",
         help_text="Empty: the key was missing and the event went to the fallback lane.",
     )
     event_type = models.CharField(max_length=200, blank=True)
@@ -110,7 +120,8 @@ class Event(models.Model):
     content_type = models.CharField(max_length=200, blank=True, default="application/json")
     payload = models.BinaryField()
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "": the unique constraints must ignore events that carry no key.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     fallback_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -144,7 +155,11 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=12, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens",
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_tokens",
         help_text="Restrict the token to one tenant. Empty: it may publish for any tenant.",
     )
     is_active = models.BooleanField(default=True)

@@ -26,9 +26,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--top", type=int, default=settings.METRICS_TOP_N, help="How many tenants and endpoints.")
-        parser.add_argument("--watch", type=float, nargs="?", const=2.0, help="Refresh every N seconds (default 2).")
-        parser.add_argument("--json", action="store_true", help="Print the snapshot as JSON and exit.")
+        parser.add_argument(
+            "--top",
+            type=int,
+            default=settings.METRICS_TOP_N,
+            help="How many tenants and endpoints.",
+        )
+        parser.add_argument(
+            "--watch", type=float, nargs="?", const=2.0, help="Refresh every N seconds (default 2)."
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="Print the snapshot as JSON and exit."
+        )
 
     def handle(self, *args, top: int, watch: float | None, json: bool, **options) -> None:
         scheduler = get_scheduler()
@@ -49,14 +58,27 @@ class Command(BaseCommand):
 
     def _as_json(self, snapshot: Snapshot) -> str:
         data = asdict(snapshot)
-        keys = dict(Tenant.objects.filter(pk__in=[t.tenant_id for t in snapshot.tenants if t.tenant_id]).values_list("pk", "key"))
+        keys = dict(
+            Tenant.objects.filter(
+                pk__in=[t.tenant_id for t in snapshot.tenants if t.tenant_id]
+            ).values_list("pk", "key")
+        )
         for row in data["tenants"]:
-            row["tenant_key"] = keys.get(row["tenant_id"], "(fallback)" if row["tenant_id"] is None else None)
-        data["age_histogram"] = {f"{bound:g}": count for bound, count in snapshot.age_histogram.items()}
+            row["tenant_key"] = keys.get(
+                row["tenant_id"], "(fallback)" if row["tenant_id"] is None else None
+            )
+        data["age_histogram"] = {
+            f"{bound:g}": count for bound, count in snapshot.age_histogram.items()
+        }
         return json.dumps(data, indent=2)
 
     def _table(self, snapshot: Snapshot) -> str:
-        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=[r.tenant_id for r in snapshot.tenants if r.tenant_id])}
+        tenants = {
+            t.pk: t
+            for t in Tenant.objects.filter(
+                pk__in=[r.tenant_id for r in snapshot.tenants if r.tenant_id]
+            )
+        }
         lines = [
             f"{snapshot.backlogged_tenants} tenants backlogged, oldest {_age(snapshot.oldest_age_seconds)}; "
             f"queued fresh {snapshot.fresh_depth}, retry {snapshot.retry_depth}, delayed {snapshot.delayed_depth}; "
@@ -67,15 +89,29 @@ class Command(BaseCommand):
         ]
         for row in snapshot.tenants:
             tenant = tenants.get(row.tenant_id)
-            name = "(fallback lane)" if row.tenant_id is None else (tenant.key if tenant else f"#{row.tenant_id}")
-            status = "paused" if row.paused else ("sharing turns" if snapshot.backlogged_tenants > 1 else "on pace")
+            name = (
+                "(fallback lane)"
+                if row.tenant_id is None
+                else (tenant.key if tenant else f"#{row.tenant_id}")
+            )
+            status = (
+                "paused"
+                if row.paused
+                else ("sharing turns" if snapshot.backlogged_tenants > 1 else "on pace")
+            )
             lines.append(
                 f"{name[:32]:<32} {_age(row.oldest_age_seconds):>8} {row.fresh:>8} {row.retry:>7} "
                 f"{row.delayed:>8} {row.in_flight:>6} {row.weight:>6}  {status}"
             )
-        capped = [row for row in snapshot.endpoints if row.max_in_flight and row.in_flight >= row.max_in_flight]
+        capped = [
+            row
+            for row in snapshot.endpoints
+            if row.max_in_flight and row.in_flight >= row.max_in_flight
+        ]
         lines += ["", f"endpoints at their cap: {len(capped)}"]
-        urls = dict(Endpoint.objects.filter(pk__in=[r.endpoint_id for r in capped]).values_list("pk", "url"))
+        urls = dict(
+            Endpoint.objects.filter(pk__in=[r.endpoint_id for r in capped]).values_list("pk", "url")
+        )
         for row in capped:
             lines.append(
                 f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{row.max_in_flight} "

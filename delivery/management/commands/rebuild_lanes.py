@@ -17,4 +17,6 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         total = rebuild_schedule(progress=progress)
-        self.stdout.write(self.style.SUCCESS(f"\nSchedule rebuilt: {total} open deliveries in their lanes."))
+        self.stdout.write(
+            self.style.SUCCESS(f"\nSchedule rebuilt: {total} open deliveries in their lanes.")
+        )

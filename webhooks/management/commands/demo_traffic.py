@@ -23,12 +23,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--url", default=f"http://127.0.0.1:8000/ingest/{demo.DEMO_SOURCE_SLUG}/")
+        parser.add_argument(
+            "--url", default=f"http://127.0.0.1:8000/ingest/{demo.DEMO_SOURCE_SLUG}/"
+        )
         parser.add_argument("--flood-size", type=int, default=1500)
         parser.add_argument("--flood-every", type=float, default=90.0)
-        parser.add_argument("--duration", type=float, default=0, help="Seconds to run; 0 = forever.")
+        parser.add_argument(
+            "--duration", type=float, default=0, help="Seconds to run; 0 = forever."
+        )
 
-    def handle(self, *args, url: str, flood_size: int, flood_every: float, duration: float, **options) -> None:
+    def handle(
+        self, *args, url: str, flood_size: int, flood_every: float, duration: float, **options
+    ) -> None:
         session = requests.Session()
         session.trust_env = False
         started = time.monotonic()
@@ -44,7 +50,9 @@ class Command(BaseCommand):
             time.sleep(0.3)
 
     def _post(self, session: requests.Session, url: str, shop: str) -> None:
-        body = json.dumps({"id": random.randint(1, 10**12), "shop": shop, "total": "12.50"}).encode()
+        body = json.dumps(
+            {"id": random.randint(1, 10**12), "shop": shop, "total": "12.50"}
+        ).encode()
         headers = {
             "Content-Type": "application/json",
             "X-Shopify-Topic": "orders/create",

@@ -40,7 +40,12 @@ class Command(BaseCommand):
             "receiver": [*manage, "demo_receiver", "--port", str(receiver_port)],
         }
         if not no_traffic:
-            commands["traffic"] = [*manage, "demo_traffic", "--url", f"http://127.0.0.1:{port}/ingest/{demo.DEMO_SOURCE_SLUG}/"]
+            commands["traffic"] = [
+                *manage,
+                "demo_traffic",
+                "--url",
+                f"http://127.0.0.1:{port}/ingest/{demo.DEMO_SOURCE_SLUG}/",
+            ]
         children = {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
         base = f"http://127.0.0.1:{port}"
         self.stdout.write(

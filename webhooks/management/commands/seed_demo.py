@@ -7,7 +7,9 @@ class Command(BaseCommand):
     help = "Create the demo superuser, tenants, endpoints and a signed source (idempotent)."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--receiver", default=demo.DEMO_RECEIVER, help="Base URL of the demo receiver.")
+        parser.add_argument(
+            "--receiver", default=demo.DEMO_RECEIVER, help="Base URL of the demo receiver."
+        )
 
     def handle(self, *args, receiver: str, **options) -> None:
         creds = demo.seed(receiver)

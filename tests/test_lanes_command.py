@@ -1,0 +1,39 @@
+"""`manage.py lanes`: the schedule at a terminal, and as JSON for scripts."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from delivery.enqueueing import get_scheduler
+from delivery.scheduler import Item
+from tests.factories import make_endpoint, make_tenant
+from webhooks.ids import new_ulid
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("lanes", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_lanes_lists_backlogged_tenants_and_capped_endpoints() -> None:
+    tenant = make_tenant("flooder.example", weight=2)
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/slow", max_in_flight=1)
+    scheduler = get_scheduler()
+    scheduler.enqueue(
+        [Item(new_ulid(), tenant.pk, endpoint.pk, weight=2, max_in_flight=1) for _ in range(3)]
+    )
+    scheduler.enqueue([Item(new_ulid(), None, endpoint.pk, max_in_flight=1)])
+    scheduler.pick("w", 1)
+    table = run()
+    assert "flooder.example" in table and "(fallback lane)" in table
+    assert "endpoints at their cap: 1" in table
+    assert "http://127.0.0.1:9/slow: 1/1 in flight" in table
+    data = json.loads(run("--json"))
+    keys = {row["tenant_key"] for row in data["tenants"]}
+    assert keys == {"flooder.example", "(fallback)"}
+    assert data["in_flight"] == 1 and data["fresh_depth"] == 3

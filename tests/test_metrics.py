@@ -1,0 +1,153 @@
+"""/metrics: values read from the scheduler at scrape time, bounded cardinality, protection,
+and alert rules that only name metrics we export."""
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from delivery.enqueueing import get_scheduler
+from delivery.scheduler import Item
+from tests.factories import make_endpoint, make_source, make_tenant
+from webhooks.ids import new_ulid
+from webhooks.models import Source
+from webhooks.publish import publish
+
+pytestmark = pytest.mark.django_db
+RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"
+
+
+def scrape(client, **headers) -> dict[str, list]:
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 200
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    return samples
+
+
+def value(samples: dict[str, list], name: str, **labels: str) -> float:
+    matching = [
+        s.value for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(matching) == 1, (name, labels, samples.get(name))
+    return matching[0]
+
+
+def test_scrape_shows_the_scheduler_after_a_known_scenario(client) -> None:
+    scheduler = get_scheduler()
+    old_ms = int(time.time() * 1000) - 120_000  # two minutes ago
+    loud, quiet = make_tenant("loud"), make_tenant("quiet")
+    loud_endpoint = make_endpoint(loud, max_in_flight=1)
+    quiet_endpoint = make_endpoint(quiet)
+    scheduler.enqueue(
+        [
+            Item(new_ulid(now_ms=old_ms + i), loud.pk, loud_endpoint.pk, max_in_flight=1)
+            for i in range(5)
+        ]
+        + [Item(new_ulid(), quiet.pk, quiet_endpoint.pk)]
+        + [Item(new_ulid(), None, quiet_endpoint.pk)]
+    )
+    leases = scheduler.pick("w", 3).leases  # loud's cap is 1: one of loud, quiet, fallback
+    assert len(leases) == 3
+    scheduler.ack(
+        [next(lease for lease in leases if lease.tenant_id == quiet.pk)], outcome="delivered"
+    )
+    Source.objects.filter(pk=make_source("src").pk).update(fallback_count=4)
+
+    samples = scrape(client)
+
+    assert value(samples, "webhook_scheduler_up") == 1
+    assert value(samples, "webhook_lane_depth", lane="fresh") == 4
+    assert value(samples, "webhook_lane_depth", lane="fallback") == 0
+    assert value(samples, "webhook_in_flight") == 2
+    assert value(samples, "webhook_tenants_backlogged") == 1
+    assert 119 <= value(samples, "webhook_backlog_age_seconds", tenant="loud") < 200
+    assert value(samples, "webhook_backlog_age_max_seconds") >= 119
+    assert value(samples, "webhook_tenants_over_threshold", threshold="60") == 1
+    assert value(samples, "webhook_tenants_over_threshold", threshold="300") == 0
+    assert value(samples, "webhook_tenant_backlog_age_seconds_bucket", le="60.0") == 0
+    assert value(samples, "webhook_tenant_backlog_age_seconds_bucket", le="+Inf") == 1
+    assert value(samples, "webhook_deliveries_total", outcome="delivered") == 1
+    assert value(samples, "webhook_deferrals_total") >= 1
+    assert value(samples, "webhook_fallback_enqueued_total") == 1
+    assert value(samples, "webhook_fallback_events_total", source="src") == 4
+    assert value(samples, "webhook_endpoint_in_flight", endpoint=str(loud_endpoint.pk)) == 1
+    assert value(samples, "webhook_endpoint_max_in_flight", endpoint=str(loud_endpoint.pk)) == 1
+
+
+def test_series_stay_bounded_and_the_scrape_costs_a_fixed_number_of_redis_calls(
+    client, settings
+) -> None:
+    scheduler = get_scheduler()
+    endpoint = make_endpoint(None)
+    for start in range(0, 10_000, 1000):
+        scheduler.enqueue(
+            [
+                Item(new_ulid(), tenant_id, endpoint.pk)
+                for tenant_id in range(start + 1, start + 1001)
+            ]
+        )
+    calls = 0
+    real = scheduler.connection.execute_command
+
+    def counting(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return real(*args, **kwargs)
+
+    scheduler.connection.execute_command = counting
+    try:
+        samples = scrape(client)
+    finally:
+        del scheduler.connection.execute_command
+    assert value(samples, "webhook_tenants_backlogged") == 10_000
+    webhook_series = sum(len(v) for name, v in samples.items() if name.startswith("webhook_"))
+    assert len(samples["webhook_backlog_age_seconds"]) == settings.METRICS_TOP_N
+    assert webhook_series < 100
+    assert calls <= 3
+
+
+def test_scheduler_down_is_reported_not_an_error(client, settings) -> None:
+    from delivery import enqueueing
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    enqueueing.reset_scheduler()
+    try:
+        samples = scrape(client)
+    finally:
+        enqueueing.reset_scheduler()
+    assert value(samples, "webhook_scheduler_up") == 0
+
+
+def test_metrics_token_protects_the_endpoint(client, settings) -> None:
+    settings.METRICS_TOKEN = "scrape-me"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_alert_rules_parse_and_name_only_exported_metrics(client) -> None:
+    tenant = make_tenant("t")
+    make_endpoint(tenant)
+    make_source("src")
+    publish(tenant, "x", {})
+    exported = set(scrape(client))
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    assert {rule["alert"] for rule in rules} >= {
+        "WebhookTenantBacklogOld",
+        "WebhookManyTenantsBehind",
+        "WebhookFallbackLaneRising",
+        "WebhookDeadLettersRising",
+        "WebhookEndpointDisabled",
+    }
+    for rule in rules:
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        names = set(re.findall(r"\b(webhook_[a-z_]+)", rule["expr"]))
+        assert names, rule["alert"]
+        assert names <= exported, (rule["alert"], names - exported)
