@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,11 +57,16 @@ def start_worker(**env: str) -> subprocess.Popen:
         "LOG_LEVEL": "WARNING",
         **env,
     }
-    return subprocess.Popen(
+    # A file, not a pipe: nobody reads a pipe while the test runs, and a worker whose
+    # pipe fills up (Redis outage warnings, say) would block on its next log line.
+    log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(
         [sys.executable, "manage.py", "rqworker", "default", "maintenance"],
         cwd=ROOT,
         env=full_env,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
-        text=True,
     )
+    process.log_path = log.name  # type: ignore[attr-defined]
+    log.close()
+    return process

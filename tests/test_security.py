@@ -1,0 +1,144 @@
+"""Security: CSRF on every session-authenticated form, secrets never in logs, production checks."""
+
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from tenants.models import EndpointSecret
+from tests import signing
+from tests.factories import make_endpoint, make_source, make_tenant
+from webhooks.models import ApiToken, Source
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "model",
+    [m for m in admin.site._registry if m._meta.app_label != "auth"],
+    ids=lambda m: m._meta.label,
+)
+def test_admin_forms_refuse_posts_without_a_csrf_token(model) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    opts = model._meta
+    changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    assert (
+        client.post(
+            changelist, {"action": "delete_selected", "_selected_action": ["1"]}
+        ).status_code
+        == 403
+    )
+    assert (
+        client.post(reverse(f"admin:{opts.app_label}_{opts.model_name}_add"), {}).status_code == 403
+    )
+
+
+@pytest.mark.django_db
+def test_login_form_needs_a_csrf_token() -> None:
+    client = Client(enforce_csrf_checks=True)
+    assert (
+        client.post(reverse("admin:login"), {"username": "x", "password": "y"}).status_code == 403
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_secrets_never_reach_the_logs(client, caplog, settings) -> None:
+    from delivery.engine import DeliveryEngine
+    from tests.delivery_helpers import statuses, wait_until
+    from tests.http_receivers import Recorder
+    from webhooks.publish import publish
+
+    settings.ALLOW_PRIVATE_DESTINATIONS = True
+    source_secret = "source-secret-" + secrets.token_hex(8)
+    caplog.set_level(logging.DEBUG)
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url)
+        signing_secret = EndpointSecret.objects.create(endpoint=endpoint).secret
+        source = make_source(
+            "shop", secret=source_secret, scheme=Source.SHOPIFY, fairness_key="body.shop"
+        )
+        source.destinations.add(endpoint)
+        _, token = ApiToken.issue("t")
+        # A forged request, a good one, a publish, and a delivery signed with the endpoint secret.
+        client.post(
+            "/ingest/shop/",
+            data=b"{}",
+            content_type="application/json",
+            HTTP_X_SHOPIFY_HMAC_SHA256=signing.shopify("wrong", b"{}"),
+        )
+        body = b'{"shop": "acme"}'
+        client.post(
+            "/ingest/shop/",
+            data=body,
+            content_type="application/json",
+            HTTP_X_SHOPIFY_HMAC_SHA256=signing.shopify(source_secret, body),
+        )
+        client.post(
+            "/api/v1/events",
+            data=b"{",
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        publish(tenant, "x", {})
+        engine = DeliveryEngine(slots=2)
+        engine.start()
+        try:
+            assert wait_until(lambda: statuses().get("delivered") == 2)
+        finally:
+            engine.stop(graceful=True, timeout=10)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for secret in (source_secret, signing_secret, signing_secret.removeprefix("whsec_"), token):
+        assert secret not in logged
+
+
+def test_deploy_checks_pass_with_production_settings() -> None:
+    env = {
+        **os.environ,
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(60),
+        "METRICS_TOKEN": secrets.token_urlsafe(20),
+        "ALLOW_PRIVATE_DESTINATIONS": "false",
+        "SECURE_SSL_REDIRECT": "true",
+        "SECURE_HSTS_SECONDS": "31536000",
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+        "SECURE_HSTS_PRELOAD": "true",
+        "ALLOWED_HOSTS": "hooks.example.com",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_deploy_checks_flag_development_leftovers() -> None:
+    env = {**os.environ, "DEBUG": "false", "ALLOW_PRIVATE_DESTINATIONS": "true"}
+    env.pop("SECRET_KEY", None)
+    env.pop("METRICS_TOKEN", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    for check_id in ("webhooks.W001", "webhooks.W002", "webhooks.W003"):
+        assert check_id in output
