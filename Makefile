@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint format bench clean install
+.PHONY: run test test-fast lint format bench clean install chromium
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (set PYTHON=...)")'
@@ -19,8 +19,21 @@ install: $(STAMP)
 run: install
 	$(BIN)/python manage.py runplatform
 
+## make chromium: the system Chromium the browser tests drive (Playwright never downloads one).
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing Chromium for the browser tests (apt-get install chromium)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "The browser tests need Chromium at $(CHROMIUM): install it (Debian: sudo apt-get install chromium)," >&2; \
+	  echo "or run 'make test-fast', which skips them." >&2; \
+	  exit 1; \
+	fi
+
 ## make test: the whole suite against a real Redis (REDIS_URL, else embedded) and the configured DB.
-test: install
+test: install chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make test-fast: skip the slow end-to-end, chaos and browser tests while iterating.

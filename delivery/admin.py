@@ -57,3 +57,9 @@ class AttemptAdmin(ReadOnlyAdmin):
     list_filter = ["outcome", "status_code"]
     search_fields = ["delivery__id"]
     date_hierarchy = "started_at"
+    # The operations overview links to one tenant's attempts; a list filter over every
+    # tenant would be a select of thousands, so these lookups are allowed by name instead.
+    TENANT_LOOKUPS = ("delivery__tenant__id__exact", "delivery__tenant__isnull")
+
+    def lookup_allowed(self, lookup, value, request=None) -> bool:
+        return lookup in self.TENANT_LOOKUPS or super().lookup_allowed(lookup, value, request)

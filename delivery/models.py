@@ -68,6 +68,18 @@ class Delivery(models.Model):
                 condition=models.Q(needs_schedule=True),
                 name="delivery_needs_schedule_idx",
             ),
+            # Delivery rates: per tenant (a dashboard's last minute) and for everyone (the
+            # sampler's interval). Partial, so rows still waiting cost the index nothing.
+            models.Index(
+                fields=["tenant", "delivered_at"],
+                condition=models.Q(delivered_at__isnull=False),
+                name="delivery_tenant_delivered_idx",
+            ),
+            models.Index(
+                fields=["delivered_at"],
+                condition=models.Q(delivered_at__isnull=False),
+                name="delivery_delivered_at_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -98,3 +110,39 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}: {self.outcome}"
+
+
+class TenantSample(models.Model):
+    """One tenant's backlog and throughput at one sampling instant: the dashboards' history.
+
+    Written by `delivery.history.sample()` from the maintenance sweep, only for tenants
+    that were backlogged or busy, and pruned after HISTORY_RETENTION_HOURS. Charts read
+    these rows instead of recounting attempts on every page view.
+    """
+
+    tenant = models.ForeignKey(
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="Empty: the fallback lane.",
+    )
+    at = models.DateTimeField()
+    interval_seconds = models.FloatField(help_text="Seconds since the previous sample.")
+    backlog_age_seconds = models.FloatField(default=0)
+    queued = models.PositiveIntegerField(default=0, help_text="Fresh and retry lanes.")
+    delayed = models.PositiveIntegerField(default=0)
+    in_flight = models.PositiveIntegerField(default=0)
+    received = models.PositiveIntegerField(default=0, help_text="Events accepted in the interval.")
+    delivered = models.PositiveIntegerField(default=0, help_text="Deliveries made in the interval.")
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [
+            models.Index(fields=["tenant", "at"], name="sample_tenant_at_idx"),
+            models.Index(fields=["at"], name="sample_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"sample of tenant {self.tenant_id} at {self.at:%H:%M:%S}"

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from delivery import admin_overview
 from delivery.views import metrics
 from webhooks import api, views
 
@@ -13,6 +14,10 @@ urlpatterns = [
     re_path(r"^ingest/(?P<slug>[-\w]+)/(?P<path>.+)$", views.ingest, name="ingest-path"),
     path("api/v1/events", api.publish_events, name="publish-events"),
     path("admin/django-rq/", include("django_rq.urls")),
+    # Before admin.site.urls, whose catch-all would answer /admin/overview/ with a 404.
+    *admin_overview.urlpatterns,
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
+    # Tenant dashboards (/t/<key>/) and the login page tenants use (not the admin's).
+    path("", include("tenants.urls")),
 ]

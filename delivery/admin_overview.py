@@ -1,0 +1,373 @@
+"""The operations overview in the admin (/admin/overview/): every backlogged tenant, why
+it waits, and the buttons to act on it.
+
+It reads one scheduler snapshot (the OVERVIEW_TOP_N oldest backlogged tenants and the
+busiest endpoints, a bounded Redis call) and a handful of grouped, indexed queries, so it
+costs the same at 10 or 100,000 tenants. The pacing status in words comes from the same
+code as the tenants' own dashboards (tenants.pacing), so operators and customers read
+the same reason. Actions post here and reuse what the admin actions do.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import redis
+from django.contrib import admin, messages
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from delivery import history
+from delivery.endpoint_health import enable
+from delivery.enqueueing import get_scheduler
+from delivery.models import Delivery
+from delivery.replay import replay
+from delivery.scheduler import EndpointRow, Snapshot, TenantRow
+from tenants import pacing
+from tenants.models import WEIGHT_CHOICES, Endpoint, Tenant
+
+OVERVIEW_TOP_N = 200
+ENDPOINTS_SHOWN = 100
+SORTS = {
+    "age": ("oldest backlog first", lambda line: -line.age),
+    "-age": ("newest backlog first", lambda line: line.age),
+    "waiting": ("most waiting", lambda line: -line.waiting),
+    "rate": ("fastest delivery", lambda line: -line.delivered_per_minute),
+}
+
+
+@dataclass
+class TenantLine:
+    tenant: Tenant | None  # None: the fallback lane
+    row: TenantRow | None
+    assessed: pacing.Pacing
+    delivered_per_minute: int
+    held: int
+    dead: int
+    delayed: int  # the snapshot's count, or the database's when nothing is queued
+
+    @property
+    def age(self) -> float:
+        return self.row.oldest_age_seconds if self.row else 0.0
+
+    @property
+    def waiting(self) -> int:
+        row = self.row
+        return (row.fresh + row.retry if row else 0) + self.delayed + self.held
+
+    @property
+    def age_text(self) -> str:
+        return pacing.duration(self.age) if self.row else "-"
+
+
+@dataclass
+class EndpointLine:
+    endpoint: Endpoint
+    row: EndpointRow | None
+    held: int
+
+    @property
+    def problem(self) -> str:
+        if not self.endpoint.enabled:
+            return "disabled (held)"
+        if self.endpoint.consecutive_failures:
+            return f"failing ({self.endpoint.consecutive_failures} in a row)"
+        return "at its concurrency cap"
+
+
+def _facts(
+    row: TenantRow | None,
+    tenant: Tenant | None,
+    endpoints: list[Endpoint],
+    capacity: dict[int, EndpointRow],
+    held: dict[int, int],
+    delivered: int,
+    retrying: int,
+) -> pacing.TenantFacts:
+    return pacing.TenantFacts(
+        weight=row.weight if row else (tenant.weight if tenant else 1),
+        paused=bool(row and row.paused) or bool(tenant and not tenant.is_active),
+        fresh=row.fresh if row else 0,
+        retry=row.retry if row else 0,
+        # No row: nothing queued, so the database's retries all wait for their due time.
+        delayed=row.delayed if row else retrying,
+        in_flight=row.in_flight if row else 0,
+        held=sum(held.get(e.pk, 0) for e in endpoints),
+        oldest_age_seconds=row.oldest_age_seconds if row else 0.0,
+        delivered_last_minute=delivered,
+        endpoints=tuple(
+            pacing.EndpointFacts(
+                label=e.url,
+                enabled=e.enabled,
+                in_flight=capacity[e.pk].in_flight if e.pk in capacity else 0,
+                max_in_flight=e.max_in_flight,
+                parked_lanes=capacity[e.pk].parked_lanes if e.pk in capacity else 0,
+                consecutive_failures=e.consecutive_failures,
+                held=held.get(e.pk, 0),
+            )
+            for e in endpoints
+        ),
+    )
+
+
+def held_counts() -> dict[int, int]:
+    """Held deliveries per disabled endpoint (the only place they wait), each count
+    capped (history.LIVE_COUNT_CAP) so a disabled endpoint holding millions stays cheap."""
+    disabled = Endpoint.objects.filter(enabled=False).order_by("-disabled_at", "pk")
+    counts = {
+        endpoint_id: history.capped_count(
+            Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.HELD)
+        )
+        for endpoint_id in disabled.values_list("pk", flat=True)[:ENDPOINTS_SHOWN]
+    }
+    return {endpoint_id: n for endpoint_id, n in counts.items() if n}
+
+
+def tenant_lines(snapshot: Snapshot, held_by_endpoint: dict[int, int]) -> list[TenantLine]:
+    """The snapshot's backlogged tenants, plus tenants whose work is held or failing (held
+    and delayed work is not queued, so the snapshot's age ranking cannot show it)."""
+    rows: dict[int | None, TenantRow | None] = {r.tenant_id: r for r in snapshot.tenants}
+    troubled = Endpoint.objects.filter(
+        Q(pk__in=list(held_by_endpoint)) | Q(enabled=True, consecutive_failures__gt=0),
+        tenant__isnull=False,
+    ).values_list("tenant_id", flat=True)[:ENDPOINTS_SHOWN]
+    for tenant_id in troubled:
+        rows.setdefault(tenant_id, None)
+    ids = [t for t in rows if t is not None]
+    tenants = Tenant.objects.in_bulk(ids)
+    endpoints: dict[int, list[Endpoint]] = {}
+    for endpoint in Endpoint.objects.filter(tenant_id__in=ids).order_by("pk"):
+        endpoints.setdefault(endpoint.tenant_id, []).append(endpoint)
+    capacity = {e.endpoint_id: e for e in snapshot.endpoints}
+    delivered = history.delivered_recently(list(rows))
+    dead = dict(
+        Delivery.objects.filter(status=Delivery.DEAD, tenant_id__in=ids)
+        .order_by()
+        .values_list("tenant_id")
+        .annotate(n=Count("pk"))
+    )
+    unqueued = [t for t, row in rows.items() if row is None and t is not None]
+    retrying = dict(
+        Delivery.objects.filter(status=Delivery.RETRY_SCHEDULED, tenant_id__in=unqueued)
+        .order_by()
+        .values_list("tenant_id")
+        .annotate(n=Count("pk"))
+    )
+    platform = pacing.platform_facts(snapshot)
+    now = timezone.now()
+    lines = []
+    for tenant_id, row in rows.items():
+        tenant = tenants.get(tenant_id) if tenant_id is not None else None
+        if tenant_id is not None and tenant is None:
+            continue  # deleted while its work was still in Redis
+        own = endpoints.get(tenant_id, []) if tenant_id is not None else []
+        facts = _facts(
+            row,
+            tenant,
+            own,
+            capacity,
+            held_by_endpoint,
+            delivered.get(tenant_id, 0),
+            retrying.get(tenant_id, 0),
+        )
+        lines.append(
+            TenantLine(
+                tenant=tenant,
+                row=row,
+                assessed=pacing.assess(facts, platform, now=now),
+                delivered_per_minute=facts.delivered_last_minute,
+                held=facts.held,
+                dead=dead.get(tenant_id, 0) if tenant_id is not None else 0,
+                delayed=facts.delayed,
+            )
+        )
+    return lines
+
+
+def endpoint_lines(snapshot: Snapshot, held: dict[int, int]) -> list[EndpointLine]:
+    """Endpoints at their cap (from the snapshot), failing, or disabled with work held."""
+    capped = {
+        r.endpoint_id: r
+        for r in snapshot.endpoints
+        if r.max_in_flight and r.in_flight >= r.max_in_flight
+    }
+    wanted = (
+        Endpoint.objects.filter(
+            Q(pk__in=list(capped))
+            | Q(enabled=True, consecutive_failures__gt=0)
+            | Q(enabled=False, pk__in=list(held))
+        )
+        .select_related("tenant")
+        .order_by("-consecutive_failures", "pk")[:ENDPOINTS_SHOWN]
+    )
+    by_id = {r.endpoint_id: r for r in snapshot.endpoints}
+    return [EndpointLine(e, by_id.get(e.pk), held.get(e.pk, 0)) for e in wanted]
+
+
+def _links(tenant: Tenant | None) -> dict[str, str]:
+    events = reverse("admin:webhooks_event_changelist")
+    attempts = reverse("admin:delivery_attempt_changelist")
+    deliveries = reverse("admin:delivery_delivery_changelist")
+    if tenant is None:
+        return {
+            "events": f"{events}?tenant__isnull=True",
+            "attempts": f"{attempts}?delivery__tenant__isnull=True",
+            "dead": f"{deliveries}?tenant__isnull=True&status__exact=dead",
+        }
+    return {
+        "dashboard": reverse("tenants:dashboard", args=[tenant.key]),
+        "change": reverse("admin:tenants_tenant_change", args=[tenant.pk]),
+        "events": f"{events}?tenant__id__exact={tenant.pk}",
+        "attempts": f"{attempts}?delivery__tenant__id__exact={tenant.pk}",
+        "dead": f"{deliveries}?tenant__id__exact={tenant.pk}&status__exact=dead",
+    }
+
+
+@never_cache
+def overview(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perm("tenants.view_tenant"):
+        raise PermissionDenied
+    context: dict[str, Any] = {
+        **admin.site.each_context(request),
+        "title": "Operations overview",
+        "is_nav_sidebar_enabled": False,  # the tenants table needs the width
+        "weights": WEIGHT_CHOICES,
+        "sorts": [(key, label) for key, (label, _) in SORTS.items()],
+        "can_change_tenant": request.user.has_perm("tenants.change_tenant"),
+        "can_change_endpoint": request.user.has_perm("tenants.change_endpoint"),
+        "can_replay": request.user.has_perm("delivery.change_delivery"),
+    }
+    try:
+        snapshot = get_scheduler().snapshot(top_n=OVERVIEW_TOP_N)
+    except redis.RedisError as exc:
+        context["redis_error"] = str(exc)
+        return TemplateResponse(request, "admin/overview.html", context)
+    sort = request.GET.get("sort", "age")
+    sort = sort if sort in SORTS else "age"
+    wanted = request.GET.get("status", "")
+    held = held_counts()
+    lines = tenant_lines(snapshot, held)
+    counts = {str(s): 0 for s in pacing.Status}
+    for line in lines:
+        counts[str(line.assessed.status)] += 1
+    shown = [line for line in lines if not wanted or str(line.assessed.status) == wanted]
+    shown.sort(key=SORTS[sort][1])
+    until = timezone.now()
+    since = until - timedelta(hours=1)
+    series = history.platform_series(since)
+    context.update(
+        snapshot=snapshot,
+        lines=[(line, _links(line.tenant)) for line in shown],
+        total_lines=len(lines),
+        status_filters=[(str(s), pacing.STATUS_LABELS[s], counts[str(s)]) for s in pacing.Status],
+        sort=sort,
+        wanted_status=wanted,
+        endpoints=endpoint_lines(snapshot, held),
+        held_cap=history.LIVE_COUNT_CAP,
+        oldest_text=pacing.duration(snapshot.oldest_age_seconds),
+        queued_total=snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,
+        delivered_per_minute=sum(history.delivered_recently(None).values()),
+        dead_total=Delivery.objects.filter(status=Delivery.DEAD).count(),
+        top_n=OVERVIEW_TOP_N,
+        truncated=snapshot.backlogged_tenants > len(snapshot.tenants),
+        age_chart=history.build_chart(
+            "Oldest backlog of any tenant",
+            series.age,
+            since=since,
+            until=until,
+            fmt=pacing.duration,
+            duration_axis=True,
+            width=600,
+            height=190,
+        ),
+        rate_chart=history.build_chart(
+            "Delivered per minute, all tenants",
+            series.rate,
+            since=since,
+            until=until,
+            fmt=pacing.human_count,
+            color="#059669",
+            width=600,
+            height=190,
+        ),
+        fallback_links=_links(None),
+    )
+    return TemplateResponse(request, "admin/overview.html", context)
+
+
+def _back(request: HttpRequest) -> HttpResponseRedirect:
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, {request.get_host()}):
+        target = reverse("admin-overview")
+    return HttpResponseRedirect(target)
+
+
+def _need(request: HttpRequest, perm: str) -> None:
+    if not request.user.has_perm(perm):
+        raise PermissionDenied
+
+
+def _number(request: HttpRequest, name: str) -> int:
+    """A posted id or weight; anything else is a bad request, not a server error."""
+    try:
+        return int(request.POST.get(name, ""))
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be a number") from exc
+
+
+@require_POST
+def act(request: HttpRequest) -> HttpResponse:
+    """pause, resume, weight, replay (a tenant's dead letters) or reenable (an endpoint).
+    Saving the model is what tells the scheduler (delivery/signals.py), as in the admin."""
+    action = request.POST.get("action", "")
+    if action == "reenable":
+        _need(request, "tenants.change_endpoint")
+        endpoint = get_object_or_404(Endpoint, pk=_number(request, "endpoint"))
+        released = enable(endpoint)
+        messages.success(request, f"{endpoint} enabled; {released} held deliveries resumed.")
+        return _back(request)
+    tenant_pk = request.POST.get("tenant", "")
+    if action == "replay":
+        _need(request, "delivery.change_delivery")
+        dead = Delivery.objects.filter(status=Delivery.DEAD)
+        dead = (
+            dead.filter(tenant__isnull=True)
+            if tenant_pk == "fallback"
+            else dead.filter(tenant_id=get_object_or_404(Tenant, pk=_number(request, "tenant")).pk)
+        )
+        count = replay(dead)
+        messages.success(request, f"{count} dead deliveries put back in their lane.")
+        return _back(request)
+    _need(request, "tenants.change_tenant")
+    tenant = get_object_or_404(Tenant, pk=_number(request, "tenant"))
+    if action in ("pause", "resume"):
+        tenant.is_active = action == "resume"
+        tenant.save(update_fields=["is_active"])
+        messages.success(request, f"{tenant.key}: delivery {action}d.")
+    elif action == "weight":
+        weight = _number(request, "weight")
+        if weight not in dict(WEIGHT_CHOICES):
+            messages.error(
+                request, f"Weight must be one of {', '.join(map(str, dict(WEIGHT_CHOICES)))}."
+            )
+        else:
+            tenant.weight = weight
+            tenant.save(update_fields=["weight"])
+            messages.success(request, f"{tenant.key}: weight set to {weight}.")
+    else:
+        messages.error(request, f"Unknown action {action!r}.")
+    return _back(request)
+
+
+urlpatterns = [
+    path("admin/overview/", admin.site.admin_view(overview), name="admin-overview"),
+    path("admin/overview/act/", admin.site.admin_view(act), name="admin-overview-act"),
+]

@@ -1,0 +1,396 @@
+"""Why a tenant's events wait, in words and with its own numbers. Pure: no database, no
+Redis, no clock (a Snapshot is plain data); callers gather the facts (see
+tenants/views.py, delivery/admin_overview.py).
+
+A tenant whose events are paced on purpose, with nothing saying why, opens an incident.
+So every status here comes with a plain explanation a customer can read, and the same
+status (a short label) is what operators see in the admin overview.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from enum import StrEnum
+
+from delivery.scheduler.records import Snapshot
+
+
+class Status(StrEnum):
+    """Ordered by precedence: the first that applies explains the wait best."""
+
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    FAILING = "failing"
+    AT_CAP = "at_cap"
+    PACED = "paced"
+    ON_PACE = "on_pace"
+
+
+STATUS_LABELS = {
+    Status.PAUSED: "tenant paused",
+    Status.DISABLED: "endpoint disabled (held)",
+    Status.FAILING: "endpoint failing (retrying)",
+    Status.AT_CAP: "endpoint at its concurrency cap",
+    Status.PACED: "paced",
+    Status.ON_PACE: "on pace",
+}
+
+# Below this backlog age a tenant that shares turns is not "paced" in any way a customer
+# would notice: one lap of the scheduler is well under it. Above it, we explain.
+PACED_AFTER_SECONDS = 10.0
+RECEIVED_WINDOW_MINUTES = 10
+
+
+@dataclass(frozen=True)
+class EndpointFacts:
+    """One endpoint the tenant's events go to, as the scheduler and the database see it."""
+
+    label: str  # what the tenant may read: its own URL, or "the shared destination"
+    enabled: bool = True
+    in_flight: int = 0
+    max_in_flight: int = 0
+    parked_lanes: int = 0  # lanes waiting for a free slot: the cap is what holds them
+    consecutive_failures: int = 0
+    held: int = 0  # this tenant's deliveries kept while the endpoint is disabled
+    disabled_reason: str = ""
+    failing_since: datetime | None = None
+    last_error: str = ""  # e.g. "HTTP 503" or "timed out"
+    next_retry_at: datetime | None = None
+
+    @property
+    def at_cap(self) -> bool:
+        """Full, and work is parked behind the cap (a momentarily full endpoint with
+        nothing waiting holds nobody up)."""
+        return (
+            self.enabled
+            and self.max_in_flight > 0
+            and self.in_flight >= self.max_in_flight
+            and self.parked_lanes > 0
+        )
+
+    @property
+    def failing(self) -> bool:
+        return self.enabled and self.consecutive_failures > 0
+
+
+@dataclass(frozen=True)
+class TenantFacts:
+    weight: int = 1
+    paused: bool = False
+    fresh: int = 0
+    retry: int = 0
+    delayed: int = 0  # retries waiting for their due time
+    in_flight: int = 0
+    held: int = 0
+    oldest_age_seconds: float = 0.0
+    delivered_last_minute: int = 0
+    # The current pace, when the caller knows better than the last minute's average (see
+    # `recent_rate`); None: delivered_last_minute / 60.
+    rate_per_second: float | None = None
+    received_recently: int = 0  # events accepted in the last RECEIVED_WINDOW_MINUTES
+    endpoints: tuple[EndpointFacts, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        if self.rate_per_second is not None:
+            return self.rate_per_second
+        return self.delivered_last_minute / 60
+
+    @property
+    def queued(self) -> int:
+        return self.fresh + self.retry
+
+    @property
+    def waiting(self) -> int:
+        """Everything not delivered yet: queued, in flight, due later or held."""
+        return self.fresh + self.retry + self.delayed + self.in_flight + self.held
+
+
+@dataclass(frozen=True)
+class PlatformFacts:
+    """What is true of everyone else, as counts only: a tenant never sees who."""
+
+    backlogged_tenants: int = 0  # tenants with queued work, this one included if it has some
+    backlogged_weight: int = 0  # their summed weights (paused ones left out)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    status: Status
+    label: str  # the operator's one-liner, e.g. "paced (sharing turns with 3 other ...)"
+    headline: str  # the tenant's one-liner
+    explanation: str  # the tenant's paragraph, with their numbers
+    share_of_turns: float  # weight / summed weights of backlogged tenants
+    other_backlogged: int
+    rate_per_second: float
+    drain_seconds: float | None  # None: nothing to drain, or no rate to estimate from
+    clears_at: datetime | None
+    reasons: list[Status] = field(default_factory=list)  # every status that applies
+
+
+def platform_facts(snapshot: Snapshot | None) -> PlatformFacts:
+    """Backlogged tenants that take turns (paused ones don't) and their summed weight,
+    from a scheduler snapshot (plain data). Tenants beyond its top-N count at weight 1:
+    an estimate. No snapshot (Redis away): nobody is known to be waiting."""
+    if snapshot is None:
+        return PlatformFacts()
+    paused = sum(1 for row in snapshot.tenants if row.paused)
+    unseen = max(0, snapshot.backlogged_tenants - len(snapshot.tenants))
+    return PlatformFacts(
+        backlogged_tenants=snapshot.backlogged_tenants - paused,
+        backlogged_weight=sum(row.weight for row in snapshot.tenants if not row.paused) + unseen,
+    )
+
+
+RECENT_WINDOW_SECONDS = 15
+RECENT_ENOUGH = 30  # deliveries in the short window for its rate to be more than noise
+
+
+def recent_rate(last_minute: int, last_window: int) -> float:
+    """Deliveries per second now. The last minute's average lags: a flood that started 10 s
+    ago would look six times slower than it is, and a tenant whose share just halved
+    would look twice as fast. So the last RECENT_WINDOW_SECONDS count when they hold
+    enough deliveries to mean something."""
+    if last_window >= RECENT_ENOUGH:
+        return last_window / RECENT_WINDOW_SECONDS
+    return last_minute / 60
+
+
+def share_of_turns(facts: TenantFacts, platform: PlatformFacts) -> float:
+    """The fraction of turns this tenant gets while everyone backlogged stays backlogged.
+    A tenant without a backlog is counted as if it joined: what it would get now."""
+    if facts.paused:
+        return 0.0
+    total = platform.backlogged_weight + (0 if facts.queued else facts.weight)
+    return min(1.0, facts.weight / total) if total > 0 else 1.0
+
+
+def drain_seconds(facts: TenantFacts) -> float | None:
+    """Queued and in-flight work over the recent delivery rate. Delayed retries are left
+    out (they wait for a due time, not a turn), and so is held work (nothing moves it)."""
+    remaining = facts.queued + facts.in_flight
+    rate = facts.rate
+    if remaining == 0 or rate <= 0 or facts.paused:
+        return None
+    return remaining / rate
+
+
+def reasons(facts: TenantFacts, platform: PlatformFacts) -> list[Status]:
+    found = []
+    if facts.paused:
+        found.append(Status.PAUSED)
+    if any(not e.enabled and e.held > 0 for e in facts.endpoints) or (
+        facts.held > 0 and not facts.endpoints
+    ):
+        found.append(Status.DISABLED)
+    if facts.retry + facts.delayed > 0 and any(e.failing for e in facts.endpoints):
+        found.append(Status.FAILING)
+    if facts.queued > 0 and any(e.at_cap for e in facts.endpoints):
+        found.append(Status.AT_CAP)
+    others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
+    if facts.queued > 0 and others > 0 and facts.oldest_age_seconds >= PACED_AFTER_SECONDS:
+        found.append(Status.PACED)
+    found.append(Status.ON_PACE)
+    return found
+
+
+def assess(
+    facts: TenantFacts, platform: PlatformFacts, *, now: datetime, tz: tzinfo | None = None
+) -> Pacing:
+    """The status that explains the wait best, and the tenant's explanation of it."""
+    found = reasons(facts, platform)
+    status = found[0]
+    share = share_of_turns(facts, platform)
+    others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
+    drain = drain_seconds(facts)
+    clears_at = now + timedelta(seconds=drain) if drain is not None else None
+    label = STATUS_LABELS[status]
+    if status is Status.PACED:
+        label = f"paced (sharing turns with {count_phrase(others, 'other backlogged tenant')})"
+    headline, explanation = _explain(status, facts, share, others, drain, clears_at, now, tz)
+    return Pacing(
+        status=status,
+        label=label,
+        headline=headline,
+        explanation=explanation,
+        share_of_turns=share,
+        other_backlogged=others,
+        rate_per_second=facts.rate,
+        drain_seconds=drain,
+        clears_at=clears_at,
+        reasons=found[:-1] if len(found) > 1 else found,
+    )
+
+
+def _explain(
+    status: Status,
+    facts: TenantFacts,
+    share: float,
+    others: int,
+    drain: float | None,
+    clears_at: datetime | None,
+    now: datetime,
+    tz: tzinfo | None,
+) -> tuple[str, str]:
+    rate = rate_phrase(facts.rate)
+    clears = _clears_phrase(drain, clears_at, now, tz)
+    safe = "Nothing is lost."
+    if status is Status.PAUSED:
+        return (
+            "Delivery is paused",
+            f"Delivery of your events is paused by our operators. "
+            f"{count_phrase(facts.waiting, 'event')} waiting; they go out in order "
+            f"when delivery resumes. {safe}",
+        )
+    if status is Status.DISABLED:
+        disabled = next((e for e in facts.endpoints if not e.enabled and e.held > 0), None)
+        held = disabled.held if disabled else facts.held
+        name = f"Your endpoint {disabled.label}" if disabled else "An endpoint of yours"
+        why = (
+            f" ({disabled.disabled_reason.rstrip('.')})"
+            if disabled and disabled.disabled_reason
+            else ""
+        )
+        return (
+            "An endpoint is disabled",
+            f"{name} is disabled{why}. {count_phrase(held, 'event')} for it "
+            f"{'is' if held == 1 else 'are'} held and will be delivered in order "
+            f"once it is re-enabled. {safe}",
+        )
+    if status is Status.FAILING:
+        endpoint = next(e for e in facts.endpoints if e.failing)
+        since = f" since {clock(endpoint.failing_since, now, tz)}" if endpoint.failing_since else ""
+        last = f" (last: {endpoint.last_error})" if endpoint.last_error else ""
+        next_retry = (
+            f" The next retry is due at {clock(endpoint.next_retry_at, now, tz)}."
+            if endpoint.next_retry_at
+            else ""
+        )
+        return (
+            "An endpoint is failing; we are retrying",
+            f"Your endpoint {endpoint.label} has failed "
+            f"{count_phrase(endpoint.consecutive_failures, 'time')} in a row{since}{last}. "
+            f"We retry failed deliveries on a schedule that backs off, and retries take a "
+            f"smaller share of turns so a recovering endpoint is not swamped."
+            f"{next_retry} New events keep going out as your endpoint accepts them. {safe}",
+        )
+    if status is Status.AT_CAP:
+        endpoint = next(e for e in facts.endpoints if e.at_cap)
+        return (
+            "Your endpoint is at its concurrency limit",
+            f"Your endpoint {endpoint.label} takes at most "
+            f"{count_phrase(endpoint.max_in_flight, 'request')} at a time, and all of them "
+            f"are in use, so the rest of your events wait for a free slot instead of "
+            f"overloading it. They go out at about {rate}; {clears}. {safe} If your endpoint "
+            f"can take more, ask us to raise its limit.",
+        )
+    if status is Status.PACED:
+        sent = (
+            f"You sent {count_phrase(facts.received_recently, 'event')} in the last "
+            f"{RECEIVED_WINDOW_MINUTES} minutes. "
+            if facts.received_recently
+            else f"You have {count_phrase(facts.queued, 'event')} waiting. "
+        )
+        weight = (
+            f"your weight of {facts.weight} gives you {percent(share)} of the turns"
+            if facts.weight > 1
+            else f"you get {percent(share)} of the turns"
+        )
+        return (
+            "Your events are being paced",
+            f"{sent}We deliver every tenant's events in turn ({count_phrase(others, 'other tenant')} "
+            f"{'has' if others == 1 else 'have'} events waiting too; {weight}), "
+            f"so yours go out at about {rate}; {clears}. {safe}",
+        )
+    if facts.queued + facts.in_flight == 0:
+        return (
+            "On pace",
+            "Nothing is waiting: your events are delivered as they arrive.",
+        )
+    return (
+        "On pace",
+        f"Your events go out as fast as your endpoints take them, at about {rate}; "
+        f"{count_phrase(facts.queued + facts.in_flight, 'event')} "
+        f"{'is' if facts.queued + facts.in_flight == 1 else 'are'} on the way and {clears}.",
+    )
+
+
+def _clears_phrase(
+    drain: float | None, clears_at: datetime | None, now: datetime, tz: tzinfo | None
+) -> str:
+    if drain is None or clears_at is None:
+        return "we will estimate when the backlog clears once deliveries are flowing"
+    if drain < 60:
+        return "the backlog should clear within a minute"
+    return f"the backlog should clear around {clock(clears_at, now, tz)}"
+
+
+# --- numbers people read -------------------------------------------------------------
+
+
+def human_count(n: float) -> str:
+    """2,140,000 -> "2.1 million"; 14,230 -> "14,230"; 7 -> "7"."""
+    n = round(n)
+    if abs(n) >= 1_000_000_000:
+        return f"{n / 1_000_000_000:.1f} billion".replace(".0 ", " ")
+    if abs(n) >= 1_000_000:
+        return f"{n / 1_000_000:.1f} million".replace(".0 ", " ")
+    return f"{n:,}"
+
+
+def count_phrase(n: float, noun: str) -> str:
+    """ "1 event", "2.1 million events"."""
+    return f"{human_count(n)} {noun}{'' if round(n) == 1 else 's'}"
+
+
+def _two_significant(x: float) -> float:
+    if x >= 100:
+        digits = len(str(int(x))) - 2
+        return round(x, -digits)
+    return round(x, 1) if x < 10 else round(x)
+
+
+def rate_phrase(per_second: float) -> str:
+    """1,412/s -> "1,400 per second"; 0.5/s -> "30 per minute"."""
+    if per_second <= 0:
+        return "no deliveries in the last minute"
+    if per_second >= 1:
+        value = _two_significant(per_second)
+        text = f"{value:,.0f}" if value >= 10 else f"{value:g}"
+        return f"{text} per second"
+    per_minute = per_second * 60
+    value = _two_significant(per_minute)
+    text = f"{value:,.0f}" if value >= 10 else f"{value:g}"
+    return f"{text} per minute"
+
+
+def percent(fraction: float) -> str:
+    value = fraction * 100
+    if value >= 10 or value == 0:
+        return f"{value:.0f}%"
+    return f"{value:.1f}%".replace(".0%", "%")
+
+
+def duration(seconds: float) -> str:
+    """A short human duration: "45 s", "12 min", "3 h 20 min", "2 d 4 h"."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{minutes:.0f} min"
+    hours, rest = divmod(int(minutes), 60)
+    if hours < 48:
+        return f"{hours} h {rest} min" if rest else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def clock(when: datetime, now: datetime, tz: tzinfo | None = None) -> str:
+    """ "14:20 UTC" on the same day as `now`, "3 Mar, 14:20 UTC" on another."""
+    local = when.astimezone(tz) if tz else when
+    local_now = now.astimezone(tz) if tz else now
+    zone = local.tzname() or ""
+    suffix = f" {zone}" if zone else ""
+    if local.date() == local_now.date():
+        return f"{local:%H:%M}{suffix}"
+    return f"{local.day} {local:%b}, {local:%H:%M}{suffix}"

@@ -1,0 +1,201 @@
+"""The operations overview in the admin: who sees it, what it shows, and its actions."""
+
+import time
+from datetime import timedelta
+
+import pytest
+import redis
+from django.contrib.auth.models import Permission, User
+from django.urls import reverse
+from django.utils import timezone
+
+from delivery import enqueueing
+from delivery.maintenance import rebuild_schedule
+from delivery.models import Delivery
+from delivery.scheduler import Scheduler
+from tenants.models import Endpoint, Tenant
+from tests.factories import make_endpoint, make_tenant, make_user
+from webhooks.models import Event
+from webhooks.publish import publish
+
+pytestmark = pytest.mark.django_db(transaction=True)
+OVERVIEW = "/admin/overview/"
+
+
+@pytest.fixture
+def staff_client(client):
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+@pytest.fixture
+def later(redis_conn):
+    enqueueing._scheduler = Scheduler(redis_conn, clock=lambda: time.time() + 300)
+    yield
+    enqueueing.reset_scheduler()
+
+
+@pytest.fixture
+def scene(later):
+    """Two paced tenants, one paused, one whose endpoint is disabled, and the fallback lane."""
+    loud = make_tenant("loud.example", name="Loud Shop")
+    other = make_tenant("other.example")
+    resting = make_tenant("resting.example", is_active=False)
+    broken = make_tenant("broken.example")
+    for tenant in (loud, other, resting, broken):
+        make_endpoint(tenant, f"http://127.0.0.1:9/{tenant.key}", max_in_flight=50)
+    for i in range(12):
+        publish(loud, "x", {"i": i})
+    for i in range(3):
+        publish(other, "x", {"i": i})
+        publish(resting, "x", {"i": i})
+        publish(broken, "x", {"i": i})
+    # broken's endpoint is disabled: its deliveries are held, out of the schedule.
+    Endpoint.objects.filter(tenant=broken).update(enabled=False, disabled_reason="HTTP 410")
+    Delivery.objects.filter(tenant=broken).update(status=Delivery.HELD)
+    rebuild_schedule()
+    Delivery.objects.filter(tenant=other).update(status=Delivery.DEAD)  # still queued in Redis
+    return {"loud": loud, "other": other, "resting": resting, "broken": broken}
+
+
+def test_overview_is_staff_only_and_linked_from_the_admin_index(client, staff_client) -> None:
+    index = staff_client.get(reverse("admin:index")).content.decode()
+    assert f'href="{OVERVIEW}"' in index
+    client.logout()
+    response = client.get(OVERVIEW)
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    client.force_login(make_user("member", tenant=make_tenant()))
+    assert client.get(OVERVIEW).status_code == 302  # not staff: the admin's login page
+    clerk = make_user("clerk", staff=True)
+    client.force_login(clerk)
+    assert client.get(OVERVIEW).status_code == 403  # staff without view_tenant
+    clerk.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    assert client.get(OVERVIEW).status_code == 200
+
+
+def test_overview_lists_every_backlogged_tenant_with_its_status(staff_client, scene) -> None:
+    page = staff_client.get(OVERVIEW).content.decode()
+    for key in ("loud.example", "other.example", "resting.example", "broken.example"):
+        assert key in page
+    assert "paced (sharing turns with 1 other backlogged tenant)" in page
+    assert "tenant paused" in page
+    assert "endpoint disabled (held)" in page
+    assert "5 min" in page  # the age of loud's oldest, on a clock 300 s ahead
+    assert 'href="/t/loud.example/"' in page
+    assert f"?delivery__tenant__id__exact={scene['loud'].pk}" in page
+    assert f"?tenant__id__exact={scene['loud'].pk}" in page
+
+
+def test_overview_sorts_by_age_and_filters_by_status(staff_client, scene) -> None:
+    paused_only = staff_client.get(OVERVIEW + "?status=paused").content.decode()
+    table = paused_only[paused_only.index('id="ov-tenants"') :]
+    assert "resting.example" in table and "loud.example" not in table
+    assert "tenant paused (1)" in paused_only
+    oldest_first = staff_client.get(OVERVIEW + "?sort=age").content.decode()
+    newest_first = staff_client.get(OVERVIEW + "?sort=-age").content.decode()
+    assert oldest_first.index("loud.example") < oldest_first.index("broken.example")
+    assert newest_first.index("broken.example") < newest_first.index("loud.example")
+
+
+def test_overview_shows_the_fallback_lane_and_troubled_endpoints(staff_client, scene) -> None:
+    shared = make_endpoint(None, "http://127.0.0.1:9/shared")
+    event = Event.objects.create(tenant=None, event_type="x", payload=b"{}")
+    delivery = Delivery.objects.create(event=event, endpoint=shared, tenant=None)
+    enqueueing.enqueue_now(
+        [Delivery.objects.select_related("tenant", "endpoint").get(pk=delivery.pk)]
+    )
+    page = staff_client.get(OVERVIEW).content.decode()
+    assert "(fallback lane)" in page
+    assert 'id="ov-fallback">1<' in page
+    endpoints = page[page.index('id="ov-endpoints"') :]
+    assert "http://127.0.0.1:9/broken.example" in endpoints and "disabled (held)" in endpoints
+
+
+def test_the_links_it_gives_answer(staff_client, scene) -> None:
+    pk = scene["loud"].pk
+    for url in (
+        reverse("admin:webhooks_event_changelist") + f"?tenant__id__exact={pk}",
+        reverse("admin:delivery_attempt_changelist") + f"?delivery__tenant__id__exact={pk}",
+        reverse("admin:delivery_attempt_changelist") + "?delivery__tenant__isnull=True",
+        reverse("admin:delivery_delivery_changelist")
+        + f"?tenant__id__exact={pk}&status__exact=dead",
+        reverse("tenants:dashboard", args=["loud.example"]),
+    ):
+        assert staff_client.get(url).status_code == 200, url
+
+
+def act(client, **data) -> None:
+    response = client.post(reverse("admin-overview-act"), {**data, "next": OVERVIEW + "?sort=age"})
+    assert response.status_code == 302
+    assert response["Location"] == OVERVIEW + "?sort=age"
+
+
+def test_pause_resume_and_weight_reach_the_scheduler(staff_client, scene) -> None:
+    loud = scene["loud"]
+    act(staff_client, action="pause", tenant=loud.pk)
+    assert not Tenant.objects.get(pk=loud.pk).is_active
+    rows = {r.tenant_id: r for r in enqueueing.get_scheduler().snapshot(top_n=10).tenants}
+    assert rows[loud.pk].paused
+    act(staff_client, action="resume", tenant=loud.pk)
+    act(staff_client, action="weight", tenant=loud.pk, weight=4)
+    rows = {r.tenant_id: r for r in enqueueing.get_scheduler().snapshot(top_n=10).tenants}
+    assert (rows[loud.pk].paused, rows[loud.pk].weight) == (False, 4)
+    act(staff_client, action="weight", tenant=loud.pk, weight=3)  # not a tier: refused
+    assert Tenant.objects.get(pk=loud.pk).weight == 4
+
+
+def test_reenable_and_replay(staff_client, scene) -> None:
+    endpoint = Endpoint.objects.get(tenant=scene["broken"])
+    act(staff_client, action="reenable", endpoint=endpoint.pk)
+    assert Endpoint.objects.get(pk=endpoint.pk).enabled
+    assert not Delivery.objects.filter(status=Delivery.HELD).exists()
+    act(staff_client, action="replay", tenant=scene["other"].pk)
+    assert set(Delivery.objects.filter(tenant=scene["other"]).values_list("status", flat=True)) == {
+        Delivery.PENDING
+    }
+
+
+def test_actions_need_their_permissions_and_a_post(client, scene) -> None:
+    viewer = make_user("viewer", staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client.force_login(viewer)
+    url = reverse("admin-overview-act")
+    assert client.get(url).status_code == 405
+    assert client.post(url, {"action": "pause", "tenant": scene["loud"].pk}).status_code == 403
+    assert client.post(url, {"action": "reenable", "endpoint": 1}).status_code == 403
+    assert Tenant.objects.get(pk=scene["loud"].pk).is_active
+
+
+def test_malformed_posts_are_bad_requests(staff_client, scene) -> None:
+    url = reverse("admin-overview-act")
+    assert staff_client.post(url, {"action": "pause", "tenant": "x"}).status_code == 400
+    assert staff_client.post(url, {"action": "reenable", "endpoint": ""}).status_code == 400
+    weight = {"action": "weight", "tenant": scene["loud"].pk, "weight": "heavy"}
+    assert staff_client.post(url, weight).status_code == 400
+
+
+def test_next_must_stay_on_this_site(staff_client, scene) -> None:
+    response = staff_client.post(
+        reverse("admin-overview-act"),
+        {"action": "resume", "tenant": scene["loud"].pk, "next": "https://evil.example/"},
+    )
+    assert response["Location"] == OVERVIEW
+
+
+def test_overview_says_so_when_redis_is_away(staff_client) -> None:
+    enqueueing._scheduler = Scheduler(redis.Redis.from_url("redis://127.0.0.1:1/0"))
+    try:
+        page = staff_client.get(OVERVIEW)
+    finally:
+        enqueueing.reset_scheduler()
+    assert page.status_code == 200
+    assert "did not answer" in page.content.decode()
+
+
+def test_delivered_per_minute_counts_the_last_minute(staff_client, scene) -> None:
+    ids = list(Delivery.objects.filter(tenant=scene["loud"]).values_list("id", flat=True)[:5])
+    Delivery.objects.filter(id__in=ids).update(
+        status=Delivery.DELIVERED, delivered_at=timezone.now() - timedelta(seconds=20)
+    )
+    page = staff_client.get(OVERVIEW).content.decode()
+    assert 'id="ov-delivered">5<' in page
