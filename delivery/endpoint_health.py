@@ -4,28 +4,77 @@ Deliveries for a disabled endpoint are held (kept, not attempted); re-enabling p
 them back in their lane in their original order.
 """
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
+from delivery.policy import DELIVERED, DISABLE_ENDPOINT, Decision
 from tenants.models import Endpoint
 
 SUCCESS_STAMP_INTERVAL = timedelta(seconds=60)
+# Endpoint pk -> when this process last stamped a success: rows loaded before that stamp
+# still look stale, and must not cause a write per delivery.
+_stamped: dict[int, datetime] = {}
 
 
-def record_success(endpoint: Endpoint) -> None:
-    """Reset the failure streak; stamp last_success_at at most once a minute (no write per delivery)."""
-    now = timezone.now()
-    stale = endpoint.last_success_at is None or now - endpoint.last_success_at > SUCCESS_STAMP_INTERVAL
+def record_outcomes(outcomes: Sequence[tuple[Endpoint, Decision]], now: datetime) -> list[bool]:
+    """The health effect of a group of attempts; True where an attempt disabled its
+    endpoint. Each endpoint's outcomes apply in their order, its successes cost at most
+    one write, and endpoints are written in ascending id: two workers recording at once
+    then lock endpoint rows in the same order and cannot deadlock."""
+    disabled = [False] * len(outcomes)
+    by_endpoint: dict[int, list[int]] = {}
+    for index, (endpoint, _) in enumerate(outcomes):
+        by_endpoint.setdefault(endpoint.pk, []).append(index)
+    for pk in sorted(by_endpoint):
+        succeeded: Endpoint | None = None  # set while the latest outcome is a success
+        failed = False
+        for index in by_endpoint[pk]:
+            endpoint, decision = outcomes[index]
+            if decision.action == DELIVERED:
+                succeeded = endpoint
+                continue
+            if decision.action != DISABLE_ENDPOINT and not decision.counts_as_failure:
+                continue
+            if succeeded is not None:
+                _reset(pk, now)  # that success ended the failure streak first
+                succeeded = None
+            failed = True
+            if decision.action == DISABLE_ENDPOINT:
+                reason = f"Disabled: {decision.reason} at {now:%Y-%m-%d %H:%M} UTC"
+                disabled[index] = disable(endpoint, reason)
+            else:
+                disabled[index] = record_failure(endpoint, decision.reason)
+        if succeeded is not None:
+            if failed:  # the loaded row cannot know about this group's failures
+                _reset(pk, now)
+            else:
+                record_success(succeeded, now)
+    return disabled
+
+
+def record_success(endpoint: Endpoint, now: datetime | None = None) -> None:
+    """Reset the failure streak; stamp last_success_at at most once a minute, not per delivery."""
+    now = now or timezone.now()
+    stamps = [t for t in (endpoint.last_success_at, _stamped.get(endpoint.pk)) if t is not None]
+    stale = not stamps or now - max(stamps) > SUCCESS_STAMP_INTERVAL
     if endpoint.consecutive_failures or endpoint.failing_since or stale:
-        Endpoint.objects.filter(pk=endpoint.pk).update(
-            consecutive_failures=0, failing_since=None, last_success_at=now
-        )
+        _reset(endpoint.pk, now)
+
+
+def _reset(pk: int, now: datetime) -> None:
+    Endpoint.objects.filter(pk=pk).update(
+        consecutive_failures=0, failing_since=None, last_success_at=now
+    )
+    transaction.on_commit(partial(_stamped.__setitem__, pk, now))
 
 
 def record_failure(endpoint: Endpoint, reason: str) -> bool:
@@ -36,7 +85,9 @@ def record_failure(endpoint: Endpoint, reason: str) -> bool:
         failing_since=Coalesce(F("failing_since"), now),
         last_failure_at=now,
     )
-    fresh = Endpoint.objects.only("consecutive_failures", "failing_since", "enabled").get(pk=endpoint.pk)
+    fresh = Endpoint.objects.only("consecutive_failures", "failing_since", "enabled").get(
+        pk=endpoint.pk
+    )
     too_many = fresh.consecutive_failures >= settings.ENDPOINT_DISABLE_AFTER_FAILURES
     too_long = fresh.failing_since is not None and now - fresh.failing_since >= timedelta(
         days=settings.ENDPOINT_DISABLE_AFTER_DAYS
@@ -62,7 +113,11 @@ def disable(endpoint: Endpoint, reason: str) -> bool:
 def enable(endpoint: Endpoint) -> int:
     """Re-enable and release held deliveries in order; returns how many were released."""
     Endpoint.objects.filter(pk=endpoint.pk).update(
-        enabled=True, disabled_reason="", disabled_at=None, consecutive_failures=0, failing_since=None
+        enabled=True,
+        disabled_reason="",
+        disabled_at=None,
+        consecutive_failures=0,
+        failing_since=None,
     )
     return release_held(endpoint)
 

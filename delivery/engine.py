@@ -1,12 +1,27 @@
-"""N delivery slots (threads) pulling from the fair scheduler, sharing one HTTP session.
+"""N delivery slots (threads) fed from the fair scheduler, sharing one HTTP session.
 
 One RQ job per webhook would cost ~7 ms of RQ overhead each; instead a worker process
-runs this engine beside its RQ loop. Each slot picks one lease at a time, so a
-slot blocked on a slow endpoint holds exactly one lease and the endpoint caps bound
-how many slots slow endpoints can hold.
+runs this engine beside its RQ loop, as a small pipeline:
+
+* a feeder leases as many deliveries as there are idle slots (one scheduler call) and
+  loads them all (one query; signing secrets come from a cache of a few seconds). It
+  never leases more than it can start at once, so a slot blocked on a slow endpoint
+  holds exactly one lease and the endpoint caps bound how many slots slow endpoints can
+  hold. Under load it lets idle slots wait up to BATCH_WAIT_SECONDS to be filled
+  together: per pick and per query the cost is mostly fixed;
+* each slot signs and POSTs one delivery at a time, and touches neither the database
+  nor Redis;
+* a recorder writes what finished as one group (waiting up to GROUP_WAIT_SECONDS for
+  requests still running): one transaction for the Attempts and status changes, then
+  one scheduler call to acknowledge them. The database is always written before the
+  scheduler is told, so a crash in between sends a delivery again rather than losing it.
+
+A delivery picked but not yet acknowledged keeps its lease, renewed while the process
+lives; if the process dies, the lease expires and the delivery is handed out again.
 """
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -15,14 +30,19 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from delivery import sending
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Lease, Scheduler
-from delivery.sending import send
 from delivery.transport import new_session
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
 ERROR_BACKOFF_SECONDS = 1.0
+MAX_GROUP = 256  # deliveries recorded in one transaction, at most
+CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN_MAX_AGE
+BATCH_WAIT_SECONDS = 0.002  # how long idle slots may wait to be filled together
+GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
+_STOP = object()
 
 
 class DeliveryEngine:
@@ -41,17 +61,27 @@ class DeliveryEngine:
         self.session = new_session(
             pool_maxsize=self.slots, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS
         )
-        self._stopping = threading.Event()  # slots stop picking
+        self._stopping = threading.Event()  # the feeder stops picking
         self._closed = threading.Event()  # the renewer stops once no delivery is running
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, Lease] = {}  # picked and not yet released to the scheduler
         self._leases_lock = threading.Lock()
+        self._room = threading.Condition()  # guards _busy; the feeder waits on it for room
+        self._busy = 0  # deliveries handed to the slots and not yet posted
+        self._batch = max(1, self.slots // 2)  # idle slots worth a pick without waiting
+        self._secrets = sending.SecretCache()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (lease, delivery, secrets), _STOP
+        self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
+        self._feeder: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
+        self._recorder: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
         self.sent = 0
 
     def start(self) -> None:
         for index in range(self.slots):
             self._threads.append(self._spawn(self._slot_loop, f"delivery-slot-{index}"))
+        self._recorder = self._spawn(self._record_loop, "delivery-recorder")
+        self._feeder = self._spawn(self._feed_loop, "delivery-feeder")
         self._renewer = self._spawn(self._renew_loop, "lease-renewer")
         logger.info("delivery engine %s started with %d slots", self.worker_id, self.slots)
 
@@ -66,13 +96,30 @@ class DeliveryEngine:
         """Stop picking; wait for in-flight deliveries (graceful). True if all finished.
         Whatever is still running when the wait ends comes back through its lease."""
         self._stopping.set()
+        with self._room:
+            self._room.notify_all()
         if not graceful:
             self._closed.set()
             return not self.in_flight()
         deadline = time.monotonic() + (timeout if timeout is not None else self._max_wait())
+
+        def join(thread: threading.Thread | None) -> None:
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+        # Each stage ends after the one feeding it, so everything picked is sent and
+        # everything sent is recorded and acknowledged.
+        join(self._feeder)
+        for _ in self._threads:
+            self._jobs.put(_STOP)
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        finished = not any(thread.is_alive() for thread in self._threads)
+            join(thread)
+        self._finished.put(_STOP)
+        join(self._recorder)
+        finished = not self.in_flight() and not any(
+            thread is not None and thread.is_alive()
+            for thread in (self._feeder, self._recorder, *self._threads)
+        )
         self._closed.set()
         if finished:
             self.session.close()
@@ -85,43 +132,158 @@ class DeliveryEngine:
         with self._leases_lock:
             return list(self._leases)
 
-    def _slot_loop(self) -> None:
+    # --- feeder: lease as many as there are idle slots, load them in one query -------
+
+    def _feed_loop(self) -> None:
+        checked = 0.0
         try:
             while not self._stopping.is_set():
-                self._run_one_turn()
+                room = self._wait_for_room()
+                if not room:
+                    continue
+                checked = _check_connection(checked)
+                try:
+                    self._feed(room)
+                except Exception:
+                    # The feeder must outlive any outage (Redis restarting, say): a dead
+                    # feeder leaves a live-looking worker that delivers nothing.
+                    logger.exception("delivery feeder error; retrying")
+                    close_old_connections()
+                    self._stopping.wait(ERROR_BACKOFF_SECONDS)
         finally:
             connection.close()
 
-    def _run_one_turn(self) -> None:
+    def _wait_for_room(self) -> int:
+        """Idle slots to fill, bounded so that leases waiting to be recorded stay few.
+        Under load it waits a moment for half the slots to be idle: one pick and one
+        query for several deliveries cost far less than one each."""
+        settle_by = None
+        with self._room:
+            while not self._stopping.is_set():
+                room = min(self.slots - self._busy, 2 * self.slots - len(self._leases))
+                now = time.monotonic()
+                if room >= self._batch or (room > 0 and settle_by is not None and now >= settle_by):
+                    return room
+                if room > 0 and settle_by is None:
+                    settle_by = now + BATCH_WAIT_SECONDS
+                self._room.wait(settle_by - now if settle_by is not None else IDLE_WAIT_SECONDS)
+        return 0
+
+    def _feed(self, room: int) -> None:
         try:
-            picked = self.scheduler.pick(self.worker_id, 1)
+            picked = self.scheduler.pick(self.worker_id, room)
         except redis.RedisError as exc:
             logger.warning("scheduler unavailable: %s", exc)
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         if not picked.leases:
-            self.scheduler.wait(min(picked.wait_seconds or IDLE_WAIT_SECONDS, IDLE_WAIT_SECONDS))
+            try:
+                self.scheduler.wait(
+                    min(picked.wait_seconds or IDLE_WAIT_SECONDS, IDLE_WAIT_SECONDS)
+                )
+            except redis.RedisError as exc:
+                logger.warning("scheduler unavailable: %s", exc)
+                self._stopping.wait(ERROR_BACKOFF_SECONDS)
+            return
+        with self._leases_lock:
+            self._leases.update((lease.delivery_id, lease) for lease in picked.leases)
+        try:
+            deliveries = sending.load_many([lease.delivery_id for lease in picked.leases])
+            secrets = self._secrets.active({d.endpoint_id for d in deliveries.values()})
+        except Exception:
+            # Not acknowledged: the leases expire and the deliveries are handed out again.
+            logger.exception("could not load %d deliveries", len(picked.leases))
+            self._forget(picked.leases)
+            close_old_connections()
+            self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         for lease in picked.leases:
-            self._deliver(lease)
+            delivery = deliveries.get(lease.delivery_id)
+            done = sending.triage(lease, delivery)
+            if done is not None:
+                self._finished.put(done)
+                continue
+            with self._room:
+                self._busy += 1
+            self._jobs.put((lease, delivery, secrets[delivery.endpoint_id]))
 
-    def _deliver(self, lease: Lease) -> None:
-        with self._leases_lock:
-            self._leases[lease.delivery_id] = lease
+    # --- slots: one POST at a time ---------------------------------------------------
+
+    def _slot_loop(self) -> None:
+        while (job := self._jobs.get()) is not _STOP:
+            lease, delivery, secrets = job
+            try:
+                self._finished.put(sending.attempt(lease, delivery, secrets, self.session))
+            except Exception:
+                # Not acknowledged: the lease expires and the delivery is tried again.
+                logger.exception("delivery %s failed inside the worker", lease.delivery_id)
+                self._forget([lease])
+            finally:
+                with self._room:
+                    self._busy -= 1
+                    # Wake the feeder when there is room at all (it starts its short wait
+                    # for more) and when there is enough to pick at once, not every time.
+                    if self.slots - self._busy in (1, self._batch):
+                        self._room.notify()
+
+    # --- recorder: group commits, then one acknowledgement per group -----------------
+
+    def _record_loop(self) -> None:
+        checked = 0.0
+        stopping = False
         try:
-            close_old_connections()
-            send(lease, self.scheduler, self.session)
-            self.sent += 1
+            while not stopping:
+                group = self._next_group()
+                stopping = any(item is _STOP for item in group)
+                group = [item for item in group if item is not _STOP]
+                if group:
+                    checked = _check_connection(checked)
+                    self._settle(group)
+        finally:
+            connection.close()
+
+    def _next_group(self) -> list:
+        """What has finished, waiting up to GROUP_WAIT_SECONDS for requests still running
+        to finish too: one commit for many deliveries costs far less than one each."""
+        group = [self._finished.get()]
+        until = time.monotonic() + GROUP_WAIT_SECONDS
+        while len(group) < MAX_GROUP:
+            left = until - time.monotonic()
+            try:
+                if left > 0 and len(group) < self.slots and self._busy:
+                    group.append(self._finished.get(timeout=min(left, 0.001)))
+                else:
+                    group.append(self._finished.get_nowait())
+            except queue.Empty:
+                if left <= 0 or not self._busy:
+                    break
+        return group
+
+    def _settle(self, group: list[sending.Finished]) -> None:
+        leases = [item.lease for item in group]
+        try:
+            sending.settle(group, self.scheduler)
+            self.sent += sum(item.sent is not None for item in group)
         except Exception:
-            # The lease is not acked: it expires and the delivery is tried again.
-            logger.exception("delivery %s failed inside the worker", lease.delivery_id)
+            # Whatever was not acknowledged comes back when its lease expires; a delivery
+            # already recorded as finished is then acknowledged without being sent.
+            logger.exception("could not record %d finished deliveries", len(group))
+            close_old_connections()
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
         finally:
-            with self._leases_lock:
+            self._forget(leases)
+
+    def _forget(self, leases: list[Lease]) -> None:
+        with self._leases_lock:
+            for lease in leases:
                 self._leases.pop(lease.delivery_id, None)
+        with self._room:
+            self._room.notify()
+
+    # --- renewer ---------------------------------------------------------------------
 
     def _renew_loop(self) -> None:
-        """Keep leases of long requests alive; a dead process stops renewing and its work returns."""
+        """Keep leases of long requests alive; a dead process stops renewing, its work returns."""
         interval = max(1.0, settings.LEASE_SECONDS / 3)
         while not self._closed.wait(interval):
             with self._leases_lock:
@@ -135,3 +297,13 @@ class DeliveryEngine:
                 continue
             if lost:
                 logger.warning("%d leases expired before renewal: %s", len(lost), lost[:5])
+
+
+def _check_connection(checked: float) -> float:
+    """Apply CONN_MAX_AGE and drop a broken connection, at most once a second per thread
+    (not per delivery: with SQLite's CONN_MAX_AGE=0 that would reconnect every time)."""
+    now = time.monotonic()
+    if now - checked < CONNECTION_CHECK_SECONDS:
+        return checked
+    close_old_connections()
+    return now

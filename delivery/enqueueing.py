@@ -47,6 +47,9 @@ def item_for(delivery: Delivery) -> Item:
         retry_max_in_flight=endpoint.retry_max_in_flight,
         lane=Delivery.RETRY if retrying else Delivery.FRESH,
         due_at=due_at,
+        endpoint_rate=endpoint.effective_rate_per_second(),
+        # The fallback lane (no tenant) has no tenant rate: it is many unknown senders.
+        tenant_rate=tenant.effective_rate_per_second() if tenant else None,
     )
 
 

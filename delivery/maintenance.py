@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from django.db.models import QuerySet
 
 from delivery.enqueueing import get_scheduler, item_for
+from delivery.history import sample_quietly
 from delivery.models import Delivery
 from tenants.models import Tenant
 
@@ -35,7 +36,12 @@ def rebuild_schedule(progress: Callable[[int], None] | None = None) -> int:
     scheduler = get_scheduler()
     scheduler.clear()
     for tenant in Tenant.objects.filter(is_active=False):
-        scheduler.set_tenant(tenant.pk, weight=tenant.weight, paused=True)
+        scheduler.set_tenant(
+            tenant.pk,
+            weight=tenant.weight,
+            paused=True,
+            rate_per_second=tenant.effective_rate_per_second(),
+        )
     open_deliveries = Delivery.objects.filter(
         status__in=Delivery.OPEN_STATUSES, endpoint__enabled=True
     ).select_related("tenant", "endpoint")
@@ -68,7 +74,12 @@ def schedule_flagged() -> int:
 
 
 def sweep() -> dict[str, int]:
-    """The periodic job: rebuild after a Redis loss, else schedule what was left out."""
+    """The periodic job: rebuild after a Redis loss, else schedule what was left out.
+    It also samples the dashboards' history (delivery.history), which gates itself to
+    one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep."""
     if get_scheduler().epoch() is None:
-        return {"rebuilt": rebuild_schedule(), "flagged": 0}
-    return {"rebuilt": 0, "flagged": schedule_flagged()}
+        result = {"rebuilt": rebuild_schedule(), "flagged": 0}
+    else:
+        result = {"rebuilt": 0, "flagged": schedule_flagged()}
+    sample_quietly()
+    return result

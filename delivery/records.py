@@ -1,5 +1,11 @@
-"""Writing what happened: one Attempt row and the Delivery's new status, in one transaction."""
+"""Writing what happened: Attempt rows and the Deliveries' new status, in one transaction.
 
+A worker records the deliveries that finished while its previous write ran as one
+group (a group commit): one INSERT for their Attempts, one UPDATE for all that were
+delivered, a row-by-row UPDATE only for the rarer failures, whose values differ.
+"""
+
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +33,17 @@ _OUTCOME_FOR_ACTION = {
 
 
 @dataclass(frozen=True)
+class Sent:
+    """One finished HTTP request for a delivery, and policy's verdict on it."""
+
+    delivery: Delivery  # with its endpoint loaded
+    result: HttpResult
+    decision: Decision
+    started_at: datetime
+    request_headers: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Recorded:
     status: str
     next_attempt_at: datetime | None
@@ -41,48 +58,86 @@ def record_attempt(
     started_at: datetime,
     request_headers: dict[str, str],
 ) -> Recorded:
-    """Persist one attempt. Only an open delivery changes status, so a late duplicate
-    (a lease that expired while its request was still running) cannot undo a success."""
+    """Persist one attempt (the one-delivery form of record_many)."""
+    [recorded] = record_many([Sent(delivery, result, decision, started_at, request_headers)])
+    return recorded
+
+
+def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Recorded]:
+    """Persist a group of attempts, and hold `held` (their endpoint is disabled), in one
+    transaction; returns what became of each of `sent`, in order.
+
+    Only an open delivery changes status, so a late duplicate (a lease that expired while
+    its request was still running) cannot undo a success.
+    """
     now = timezone.now()
-    status = _STATUS_FOR_ACTION[decision.action]
-    next_attempt_at = now + timedelta(seconds=decision.delay_seconds) if status == Delivery.RETRY_SCHEDULED else None
-    changes: dict = {
-        "status": status,
-        "attempts": F("attempts") + 1,
-        "last_error": "" if status == Delivery.DELIVERED else decision.reason[:500],
-        "next_attempt_at": next_attempt_at,
-        "updated_at": now,
-    }
-    if status == Delivery.DELIVERED:
-        changes["delivered_at"] = now
-    if status == Delivery.RETRY_SCHEDULED:
-        changes["lane"] = Delivery.RETRY
-    disabled = False
+    plans = [_plan(item.decision, now) for item in sent]
+    delivered_ids = [
+        item.delivery.pk
+        for item, (status, _) in zip(sent, plans, strict=True)
+        if status == Delivery.DELIVERED
+    ]
     with transaction.atomic():
-        Attempt.objects.create(
-            delivery_id=delivery.id,
-            number=delivery.attempts + 1,
-            started_at=started_at,
-            duration_ms=result.duration_ms,
-            status_code=result.status_code,
-            outcome=_OUTCOME_FOR_ACTION[decision.action],
-            error=result.error[:500],
-            response_excerpt=result.response_excerpt,
-            request_headers=request_headers,
+        if sent:
+            Attempt.objects.bulk_create([_attempt(item) for item in sent])
+        if delivered_ids:
+            _open(delivered_ids).update(
+                status=Delivery.DELIVERED,
+                attempts=F("attempts") + 1,
+                last_error="",
+                next_attempt_at=None,
+                delivered_at=now,
+                updated_at=now,
+            )
+        for item, (status, next_attempt_at) in zip(sent, plans, strict=True):
+            if status != Delivery.DELIVERED:
+                changes = {
+                    "status": status,
+                    "attempts": F("attempts") + 1,
+                    "last_error": item.decision.reason[:500],
+                    "next_attempt_at": next_attempt_at,
+                    "updated_at": now,
+                }
+                if status == Delivery.RETRY_SCHEDULED:
+                    changes["lane"] = Delivery.RETRY
+                _open([item.delivery.pk]).update(**changes)
+        if held:
+            _open([delivery.pk for delivery in held]).update(status=Delivery.HELD, updated_at=now)
+        disabled = endpoint_health.record_outcomes(
+            [(item.delivery.endpoint, item.decision) for item in sent], now
         )
-        Delivery.objects.filter(pk=delivery.pk, status__in=Delivery.OPEN_STATUSES).update(**changes)
-        endpoint = delivery.endpoint
-        if decision.action == "disable_endpoint":
-            disabled = endpoint_health.disable(endpoint, f"Disabled: {decision.reason} at {now:%Y-%m-%d %H:%M} UTC")
-        elif decision.counts_as_failure:
-            disabled = endpoint_health.record_failure(endpoint, decision.reason)
-        elif status == Delivery.DELIVERED:
-            endpoint_health.record_success(endpoint)
-    return Recorded(status=status, next_attempt_at=next_attempt_at, endpoint_disabled=disabled)
+    return [
+        Recorded(status=status, next_attempt_at=next_attempt_at, endpoint_disabled=off)
+        for (status, next_attempt_at), off in zip(plans, disabled, strict=True)
+    ]
 
 
 def hold(delivery: Delivery) -> None:
     """The endpoint is disabled: keep the delivery, attempt nothing, count nothing."""
-    Delivery.objects.filter(pk=delivery.pk, status__in=Delivery.OPEN_STATUSES).update(
-        status=Delivery.HELD, updated_at=timezone.now()
+    record_many([], held=[delivery])
+
+
+def _plan(decision: Decision, now: datetime) -> tuple[str, datetime | None]:
+    status = _STATUS_FOR_ACTION[decision.action]
+    if status == Delivery.RETRY_SCHEDULED:
+        return status, now + timedelta(seconds=decision.delay_seconds)
+    return status, None
+
+
+def _attempt(item: Sent) -> Attempt:
+    result = item.result
+    return Attempt(
+        delivery_id=item.delivery.pk,
+        number=item.delivery.attempts + 1,
+        started_at=item.started_at,
+        duration_ms=result.duration_ms,
+        status_code=result.status_code,
+        outcome=_OUTCOME_FOR_ACTION[item.decision.action],
+        error=result.error[:500],
+        response_excerpt=result.response_excerpt,
+        request_headers=item.request_headers,
     )
+
+
+def _open(ids: Sequence[str]):
+    return Delivery.objects.filter(pk__in=ids, status__in=Delivery.OPEN_STATUSES)

@@ -1,11 +1,20 @@
-"""One delivery, start to finish: load it, sign it, POST it, record it, tell the scheduler."""
+"""Deliveries start to finish: load them, sign, POST, record, tell the scheduler.
+
+The steps are separate so that a worker can run each at its own grain: one query loads
+every delivery of a pick, each POST runs in its own slot, and the deliveries that finish
+together are recorded in one transaction and acknowledged in one scheduler call.
+"""
 
 import logging
+import threading
 import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import requests
 from django.conf import settings
+from django.db import OperationalError, close_old_connections
 from django.utils import timezone
 
 from delivery import records
@@ -13,10 +22,24 @@ from delivery.models import Delivery
 from delivery.policy import decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import post
+from tenants.models import EndpointSecret
 from webhooks.signatures import sign_standard_webhooks
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "fairhooks/0.1 (+webhook delivery)"
+SECRETS_TTL_SECONDS = 5.0
+RECORD_TRIES = 3
+RECORD_RETRY_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A leased delivery we are done with: attempted (`sent`), held because its endpoint
+    is disabled (`held`), or neither: already finished elsewhere, or deleted."""
+
+    lease: Lease
+    sent: records.Sent | None = None
+    held: Delivery | None = None
 
 
 def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[str, str]:
@@ -39,36 +62,93 @@ def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[st
     return headers
 
 
-def load(delivery_id: str) -> Delivery | None:
-    return (
-        Delivery.objects.select_related("event", "endpoint", "tenant")
-        .prefetch_related("endpoint__secrets")
-        .filter(pk=delivery_id)
-        .first()
+# What sending and recording read; the rest of the rows (headers, notes) stays unread.
+_LOADED_FIELDS = (
+    "id",
+    "status",
+    "attempts",
+    "event_id",
+    "endpoint_id",
+    "event__id",
+    "event__event_type",
+    "event__content_type",
+    "event__payload",
+    "endpoint__id",
+    "endpoint__url",
+    "endpoint__enabled",
+    "endpoint__timeout_seconds",
+    "endpoint__consecutive_failures",
+    "endpoint__failing_since",
+    "endpoint__last_success_at",
+)
+
+
+def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
+    """The deliveries with their event and endpoint, in one query."""
+    rows = (
+        Delivery.objects.select_related("event", "endpoint")
+        .only(*_LOADED_FIELDS)
+        .filter(pk__in=delivery_ids)
     )
+    return {delivery.pk: delivery for delivery in rows}
 
 
-def send(lease: Lease, scheduler: Scheduler, session: requests.Session) -> str:
-    """Deliver one leased delivery; returns what became of it (for logs and tests)."""
-    delivery = load(lease.delivery_id)
+class SecretCache:
+    """Endpoints' signing secrets, read at most every `ttl` seconds per endpoint: a
+    rotation or a revocation reaches deliveries within `ttl` seconds."""
+
+    def __init__(self, ttl: float = SECRETS_TTL_SECONDS) -> None:
+        self.ttl = ttl
+        self._entries: dict[int, tuple[float, list[tuple[str, datetime | None]]]] = {}
+        self._lock = threading.Lock()
+
+    def active(self, endpoint_ids: Iterable[int]) -> dict[int, list[str]]:
+        """endpoint id -> its active secrets, for each of endpoint_ids."""
+        now = time.monotonic()
+        wanted = set(endpoint_ids)
+        with self._lock:
+            known = {pk: self._entries.get(pk) for pk in wanted}
+        stale = [pk for pk, entry in known.items() if entry is None or entry[0] <= now]
+        if stale:
+            fresh: dict[int, list[tuple[str, datetime | None]]] = {pk: [] for pk in stale}
+            rows = EndpointSecret.objects.filter(endpoint_id__in=stale).order_by("-created_at")
+            for pk, secret, expires_at in rows.values_list("endpoint_id", "secret", "expires_at"):
+                fresh[pk].append((secret, expires_at))
+            with self._lock:
+                for pk, secrets in fresh.items():
+                    self._entries[pk] = (now + self.ttl, secrets)
+                    known[pk] = self._entries[pk]
+        moment = timezone.now()
+        return {
+            pk: [secret for secret, expires in entry[1] if expires is None or expires > moment]
+            for pk, entry in known.items()
+        }
+
+
+def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
+    """None if the delivery is to be sent; else what is done with it without sending."""
     if delivery is None or delivery.status not in Delivery.OPEN_STATUSES:
         # Already finished (a duplicate after a lease expiry) or deleted: nothing to send.
-        scheduler.ack([lease])
-        return "stale"
+        return Finished(lease)
     if not delivery.endpoint.enabled:
-        records.hold(delivery)
-        scheduler.ack([lease])
-        return Delivery.HELD
-    now = time.time()
-    headers = build_headers(delivery, delivery.endpoint.active_secrets(), now)
-    started_at: datetime = timezone.now()
+        return Finished(lease, held=delivery)
+    return None
+
+
+def attempt(
+    lease: Lease, delivery: Delivery, secrets: list[str], session: requests.Session
+) -> Finished:
+    """Sign and POST once, and judge the result; nothing is written yet."""
+    endpoint = delivery.endpoint
+    headers = build_headers(delivery, secrets, time.time())
+    started_at = timezone.now()
     result = post(
         session,
-        delivery.endpoint.url,
+        endpoint.url,
         bytes(delivery.event.payload),
         headers,
-        connect_timeout=min(settings.DELIVERY_CONNECT_TIMEOUT, delivery.endpoint.timeout_seconds),
-        total_timeout=delivery.endpoint.timeout_seconds,
+        connect_timeout=min(settings.DELIVERY_CONNECT_TIMEOUT, endpoint.timeout_seconds),
+        total_timeout=endpoint.timeout_seconds,
         response_cap_bytes=settings.DELIVERY_RESPONSE_CAP_BYTES,
     )
     decision = decide(
@@ -79,13 +159,36 @@ def send(lease: Lease, scheduler: Scheduler, session: requests.Session) -> str:
         retry_after_max=settings.RETRY_AFTER_MAX_SECONDS,
     )
     shown_headers = {k: v for k, v in headers.items() if k != "webhook-signature"}
-    recorded = records.record_attempt(
-        delivery, result, decision, started_at=started_at, request_headers=shown_headers
-    )
-    if recorded.status == Delivery.RETRY_SCHEDULED and recorded.next_attempt_at is not None:
-        scheduler.retry_later(lease, recorded.next_attempt_at.timestamp())
-    else:
-        scheduler.ack([lease])
-    if recorded.status != Delivery.DELIVERED:
-        logger.info("delivery %s: %s (%s)", delivery.id, recorded.status, decision.reason)
-    return recorded.status
+    return Finished(lease, sent=records.Sent(delivery, result, decision, started_at, shown_headers))
+
+
+def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
+    """Record a group in one transaction, then release its leases: retries each to its
+    due time, all the rest in one ack. The database is written before the scheduler
+    hears of it, so a crash in between only sends a delivery again (at least once).
+    Returns the new status of each attempted delivery, in order."""
+    attempted = [item for item in finished if item.sent is not None]
+    held = [item.held for item in finished if item.held is not None]
+    for tries_left in reversed(range(RECORD_TRIES)):
+        try:
+            recorded = records.record_many([item.sent for item in attempted], held=held)
+            break
+        except OperationalError as exc:
+            # A deadlock or lock timeout rolled the whole group back: write it again,
+            # rather than let every lease in it expire and every delivery go out twice.
+            if not tries_left:
+                raise
+            logger.warning("recording %d deliveries failed, retrying: %s", len(finished), exc)
+            close_old_connections()
+            time.sleep(RECORD_RETRY_SECONDS)
+    acks = [item.lease for item in finished if item.sent is None]
+    for item, outcome in zip(attempted, recorded, strict=True):
+        if outcome.status == Delivery.RETRY_SCHEDULED and outcome.next_attempt_at is not None:
+            scheduler.retry_later(item.lease, outcome.next_attempt_at.timestamp())
+        else:
+            acks.append(item.lease)
+        if outcome.status != Delivery.DELIVERED:
+            reason = item.sent.decision.reason
+            logger.info("delivery %s: %s (%s)", item.lease.delivery_id, outcome.status, reason)
+    scheduler.ack(acks)
+    return [outcome.status for outcome in recorded]

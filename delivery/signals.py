@@ -1,8 +1,8 @@
 """Keep the schedule in step with what operators change in the admin.
 
-Weights, pauses and caps live in the database; the scheduler keeps a copy for its Lua
-scripts. A failed update is logged and repaired by the next enqueue (items carry
-weights and caps) or by a rebuild.
+Weights, pauses, caps and rates live in the database; the scheduler keeps a copy for its
+Lua scripts. A failed update is logged and repaired by the next enqueue (items carry
+weights, caps and rates) or by a rebuild.
 """
 
 import logging
@@ -33,7 +33,10 @@ def _after_commit(action, what: str) -> None:
 def tenant_saved(sender, instance: Tenant, **kwargs) -> None:
     _after_commit(
         lambda: get_scheduler().set_tenant(
-            instance.pk, weight=instance.weight, paused=not instance.is_active
+            instance.pk,
+            weight=instance.weight,
+            paused=not instance.is_active,
+            rate_per_second=instance.effective_rate_per_second(),
         ),
         f"tenant {instance.key}",
     )
@@ -46,6 +49,7 @@ def endpoint_saved(sender, instance: Endpoint, created: bool, **kwargs) -> None:
             instance.pk,
             max_in_flight=instance.max_in_flight,
             retry_max_in_flight=instance.retry_max_in_flight,
+            rate_per_second=instance.effective_rate_per_second(),
         ),
         f"endpoint {instance.pk}",
     )

@@ -3,7 +3,10 @@
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html
 
+from tenants import share
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
 
 
@@ -130,12 +133,49 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["key", "name", "weight", "is_active", "auto_registered", "created_at"]
+    list_display = [
+        "key",
+        "name",
+        "weight",
+        "is_active",
+        "auto_registered",
+        "created_at",
+        "dashboard_link",
+    ]
     list_filter = ["is_active", "weight", "auto_registered"]
     search_fields = ["key", "name"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "dashboard_link"]
     inlines = [EndpointInline, MembershipInline]
-    actions = ["pause", "resume"]
+    actions = ["pause", "resume", "share_link"]
+
+    @admin.display(description="Dashboard")
+    def dashboard_link(self, obj: Tenant) -> str:
+        if not obj.pk:
+            return "-"
+        return format_html(
+            '<a href="{}">dashboard</a>', reverse("tenants:dashboard", args=[obj.key])
+        )
+
+    @admin.action(
+        description=f"Create a read-only dashboard share link (valid {share.DEFAULT_DAYS} days)"
+    )
+    def share_link(self, request, queryset) -> None:
+        # The link is shown once, here; it is not stored anywhere to look up later.
+        for tenant in queryset[:20]:
+            url = request.build_absolute_uri(
+                reverse("tenants:shared", args=[tenant.key, share.make_token(tenant)])
+            )
+            messages.success(
+                request,
+                format_html(
+                    "Share link for {} (read-only, expires in {} days; copy it now, it is not "
+                    'shown again): <a href="{}">{}</a>',
+                    tenant.key,
+                    share.DEFAULT_DAYS,
+                    url,
+                    url,
+                ),
+            )
 
     def _set_active(self, request, queryset, active: bool) -> int:
         changed = 0

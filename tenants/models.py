@@ -2,6 +2,7 @@
 
 import base64
 import secrets
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -30,6 +31,17 @@ class Tenant(models.Model):
         default=True,
         help_text="Unticked pauses delivery: events are still accepted and wait, nothing is lost.",
     )
+    rate_limit_per_second = models.DecimalField(
+        max_digits=9,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(10_000))],
+        help_text="Delivery rate: at most this many requests per second for this tenant, over "
+        "all its endpoints, even when workers are idle (other tenants get the spare turns). "
+        "Empty: the platform default (TENANT_DEFAULT_RATE_PER_SECOND); 0: unlimited. The "
+        "weight sets its share only while tenants compete; a rate bounds its pace always.",
+    )
     auto_registered = models.BooleanField(
         default=False, help_text="Created automatically when an unknown key arrived at ingest."
     )
@@ -40,6 +52,14 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.key
+
+    def effective_rate_per_second(self) -> float | None:
+        """What the scheduler enforces: its own rate, else the platform default (read
+        now); None = unlimited."""
+        rate = self.rate_limit_per_second
+        if rate is None:
+            rate = getattr(settings, "TENANT_DEFAULT_RATE_PER_SECOND", 0) or 0
+        return float(rate) or None
 
 
 def generate_signing_secret() -> str:
@@ -77,6 +97,16 @@ class Endpoint(models.Model):
         help_text="Concurrency cap: at most this many requests open to this endpoint at once. "
         "It bounds the workers a slow endpoint can hold.",
     )
+    rate_limit_per_second = models.DecimalField(
+        max_digits=9,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(Decimal(10_000))],
+        help_text="Rate limit: at most this many requests started per second (after a quiet "
+        "spell, a burst of up to one second's worth). Empty: no rate limit. A rate bounds "
+        "requests per second; the cap above bounds requests open at once.",
+    )
     retry_max_in_flight = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
@@ -103,6 +133,11 @@ class Endpoint(models.Model):
     def __str__(self) -> str:
         owner = self.tenant.key if self.tenant_id else "shared"
         return f"{owner} → {self.url}"
+
+    def effective_rate_per_second(self) -> float | None:
+        """What the scheduler enforces; None = no rate limit."""
+        rate = self.rate_limit_per_second
+        return float(rate) if rate else None
 
     def event_type_filter(self) -> list[str]:
         return [

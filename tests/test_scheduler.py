@@ -83,7 +83,9 @@ def check_invariants(sched: Scheduler) -> Counter:
     assert max(places.values(), default=1) == 1, "a lane is listed twice"
 
     paused = set(strings(r.smembers(keys.paused)))
-    eligible = {t for t, _, _ in in_rotation} - paused
+    due = strings(r.zrange(keys.due, 0, -1))
+    asleep = {m[1:] for m in due if m.startswith("t")}  # out of tokens: out of vt until due
+    eligible = {t for t, _, _ in in_rotation} - paused - asleep
     assert set(strings(r.zrange(keys.vt, 0, -1))) == eligible
 
     leases = [m.split("|") for m in strings(r.zrange(keys.leases, 0, -1))]
@@ -91,6 +93,17 @@ def check_invariants(sched: Scheduler) -> Counter:
     fifo = [m.split("|") for m in strings(r.lrange(keys.fifo, 0, -1))]
     busy = {e.decode(): int(s) for e, s in r.zrange(keys.busy, 0, -1, withscores=True)}
     assert busy == dict(Counter(e for _, _, e, _, _ in leases))
+    if sched.mode == "fair":
+        # Liveness: a parked lane has something that will offer it its endpoint again: a
+        # lease whose end calls fill, a token due (a pick wakes it), a candidate lane of
+        # the same endpoint in a rotation, or a cap of 0 that only an operator can raise.
+        awaited = {m[1:] for m in due if m.startswith("e")}
+        candidates = {e for t, e, _ in in_rotation if t not in paused}
+        for t, e, k in parked:
+            m, rm = (int(v or 0) for v in r.hmget(f"{prefix}e:{e}", "m", "rm"))
+            cap = m if k == "f" else min(m, rm)
+            woken = busy.get(e, 0) > 0 or e in awaited or e in candidates or cap == 0
+            assert woken, f"lane {t}:{e}:{k} is parked with nothing to wake it"
     for e, in_flight in busy.items():
         retry_leases = sum(1 for _, _, le, k, _ in leases if le == e and k == "r")
         assert int(r.hget(keys.prefix + f"e:{e}", "ri") or 0) == retry_leases

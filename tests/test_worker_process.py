@@ -71,7 +71,7 @@ def test_sigterm_finishes_the_delivery_in_flight_then_exits(workers) -> None:
         tenant = make_tenant("acme")
         make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {})
-        process = workers()
+        process = workers(LEASE_SECONDS="15")  # no expiry mid-request on a loaded machine
         assert wait_until(lambda: get_scheduler().snapshot().in_flight == 1, timeout=30)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0

@@ -2,19 +2,35 @@
 
 Shared by ingest (gateway side) and publish (sender side). The caller answers 2xx only
 after `accept` returns, i.e. after the commit.
+
+Idempotency: an event with an idempotency key is stored once per source (ingest) or per
+tenant (publish); a repeat answers with the first event (`created=False`). The unique
+constraints on Event are the guard: `accept` inserts optimistically and looks the earlier
+event up only when the insert collides, so the common case costs no extra query.
+`accept_many` (the batch publish API) does the same for a whole batch with a number of
+queries that does not grow per event: a look-up of the keys already stored, one of the
+tenants' endpoints, a bulk insert of the events and one of the deliveries.
 """
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
 
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
 from webhooks.fairness_key import KeyResult
-from webhooks.models import Event, Source
+from webhooks.models import Event, Source, SourceSecret
+
+TENANT_NAME_LENGTH = Tenant._meta.get_field("name").max_length
+FALLBACK_REASON_LENGTH = Event._meta.get_field("fallback_reason").max_length
+_BULK_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -24,36 +40,103 @@ class Accepted:
     deliveries: int
 
 
+# --- hot-path look-ups -------------------------------------------------------------------------
+#
+# Ingest looks up a source, its secrets, its destinations and a tenant on every request. The
+# ORM spends ~0.2-1 ms of CPU compiling each of these (a prefetch_related costs the most);
+# the same rows through Model.objects.raw() cost ~0.06 ms, still fresh from the database
+# and still converted by the ORM (aware datetimes, booleans). The SQL is built from the
+# models' metadata, once per database vendor.
+
+_SQL: dict[str, dict[str, str]] = {}
+
+
+def _sql(name: str) -> str:
+    statements = _SQL.get(connection.vendor)
+    if statements is None:
+        quote = connection.ops.quote_name
+        source, secret, endpoint, tenant, through = (
+            quote(model._meta.db_table)
+            for model in (Source, SourceSecret, Endpoint, Tenant, Source.destinations.through)
+        )
+        # Identifiers from model metadata, quoted; every value is a query parameter.
+        statements = {
+            "source": f"SELECT * FROM {source} WHERE {quote('slug')} = %s",  # noqa: S608
+            "secrets": f"SELECT * FROM {secret} WHERE {quote('source_id')} = %s",  # noqa: S608
+            "destinations": (
+                f"SELECT e.* FROM {endpoint} e JOIN {through} d"  # noqa: S608
+                f" ON d.{quote('endpoint_id')} = e.{quote('id')}"
+                f" WHERE d.{quote('source_id')} = %s ORDER BY e.{quote('id')}"
+            ),
+            "tenant": f"SELECT * FROM {tenant} WHERE {quote('key')} = %s",  # noqa: S608
+            "tenant_endpoints": (
+                f"SELECT * FROM {endpoint} WHERE {quote('tenant_id')} = %s"  # noqa: S608
+                f" ORDER BY {quote('id')}"
+            ),
+        }
+        _SQL[connection.vendor] = statements
+    return statements[name]
+
+
+def load_source(slug: str) -> tuple[Source | None, list[str]]:
+    """The active source named `slug` and its unexpired secrets (newest first)."""
+    found = [one for one in Source.objects.raw(_sql("source"), [slug]) if one.is_active]
+    if not found:
+        return None, []
+    source = found[0]
+    now = timezone.now()
+    secrets = sorted(
+        SourceSecret.objects.raw(_sql("secrets"), [source.pk]),
+        key=lambda one: (one.created_at, one.pk),
+        reverse=True,
+    )
+    active = [one.secret for one in secrets if one.expires_at is None or one.expires_at > now]
+    return source, active
+
+
+def source_destinations(source: Source) -> list[Endpoint]:
+    return list(Endpoint.objects.raw(_sql("destinations"), [source.pk]))
+
+
+def tenant_by_key(key: str) -> Tenant | None:
+    return next(iter(Tenant.objects.raw(_sql("tenant"), [key])), None)
+
+
 def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
     """(tenant, fallback reason). Unknown keys register a tenant only if the source allows it."""
     if key.value is None:
         return None, key.missing_reason or "no fairness key configured"
-    tenant = Tenant.objects.filter(key=key.value).first()
+    tenant = tenant_by_key(key.value)
     if tenant is not None:
         return tenant, ""
     if source.auto_register_tenants:
         tenant, _ = Tenant.objects.get_or_create(
-            key=key.value, defaults={"name": key.value, "auto_registered": True}
+            key=key.value,
+            defaults={"name": key.value[:TENANT_NAME_LENGTH], "auto_registered": True},
         )
         return tenant, ""
     return None, "unknown tenant key (auto-registration is off for this source)"
 
 
-def destinations_for(source: Source | None, tenant: Tenant | None, event_type: str) -> list[Endpoint]:
+def destinations_for(
+    source: Source | None, tenant: Tenant | None, event_type: str
+) -> list[Endpoint]:
     """Gateway mode: the source's destinations. Otherwise the tenant's matching endpoints."""
     if source is not None:
-        shared = list(source.destinations.all())
+        shared = source_destinations(source)
         if shared:
             return shared
     if tenant is None:
         return []
-    return [endpoint for endpoint in tenant.endpoints.all() if endpoint.accepts(event_type)]
+    endpoints = Endpoint.objects.raw(_sql("tenant_endpoints"), [tenant.pk])
+    return [endpoint for endpoint in endpoints if endpoint.accepts(event_type)]
 
 
 def _existing(source: Source | None, tenant: Tenant | None, idempotency_key: str) -> Event | None:
+    events = Event.objects.select_related("tenant")
     if source is not None:
-        return Event.objects.filter(source=source, idempotency_key=idempotency_key).first()
-    return Event.objects.filter(source=None, tenant=tenant, idempotency_key=idempotency_key).first()
+        return events.filter(source=source, idempotency_key=idempotency_key).first()
+    return events.filter(source=None, tenant=tenant, idempotency_key=idempotency_key).first()
 
 
 def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Delivery]:
@@ -69,6 +152,29 @@ def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Deliver
     ]
 
 
+def _new_event(
+    *,
+    source: Source | None,
+    tenant: Tenant | None,
+    event_type: str,
+    headers: dict[str, str],
+    content_type: str,
+    payload: bytes,
+    idempotency_key: str | None,
+    fallback_reason: str = "",
+) -> Event:
+    return Event(
+        source=source,
+        tenant=tenant,
+        event_type=event_type,
+        headers=headers,
+        content_type=content_type,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        fallback_reason=fallback_reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
+    )
+
+
 def accept(
     *,
     source: Source | None,
@@ -80,29 +186,29 @@ def accept(
     idempotency_key: str | None,
     fallback_reason: str = "",
 ) -> Accepted:
-    if idempotency_key:
-        earlier = _existing(source, tenant, idempotency_key)
-        if earlier is not None:
-            return Accepted(earlier, created=False, deliveries=0)
     endpoints = destinations_for(source, tenant, event_type)
+    event = _new_event(
+        source=source,
+        tenant=tenant,
+        event_type=event_type,
+        headers=headers,
+        content_type=content_type,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        fallback_reason=fallback_reason,
+    )
+    deliveries = _deliveries_for(event, endpoints)
+    # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and
+    # the lock is then held for two INSERT statements, not for building them.
+    inserts = [_insert_rows([event]), _insert_rows(deliveries)]
     try:
         with transaction.atomic():
-            event = Event.objects.create(
-                source=source,
-                tenant=tenant,
-                event_type=event_type,
-                headers=headers,
-                content_type=content_type,
-                payload=payload,
-                idempotency_key=idempotency_key,
-                fallback_reason=fallback_reason[:200],
-            )
-            deliveries = Delivery.objects.bulk_create(_deliveries_for(event, endpoints))
+            _execute_inserts(inserts)
             if source is not None and tenant is None:
                 Source.objects.filter(pk=source.pk).update(fallback_count=F("fallback_count") + 1)
             enqueue_on_commit(deliveries)
     except IntegrityError:
-        # Two identical requests raced: the other one committed first; answer with its id.
+        # A repeat (or two identical requests racing): answer with the event stored first.
         earlier = _existing(source, tenant, idempotency_key) if idempotency_key else None
         if earlier is None:
             raise
@@ -110,7 +216,196 @@ def accept(
     return Accepted(event, created=True, deliveries=len(deliveries))
 
 
+# --- batches ---------------------------------------------------------------------------------
+
+
+def _identity(item: dict) -> tuple | None:
+    """What an idempotency key is unique within: the source, or (no source) the tenant."""
+    key = item.get("idempotency_key")
+    if not key:
+        return None
+    source, tenant = item["source"], item["tenant"]
+    if source is not None:
+        return ("source", source.pk, key)
+    if tenant is not None:
+        return ("tenant", tenant.pk, key)
+    return None  # no source and no tenant: no constraint makes such a key unique
+
+
+_LOOKUP_CHUNK = 500  # keys per query: well within every database's parameter limit
+
+
+def _stored_events(identities: set[tuple]) -> dict[tuple, Event]:
+    """The events already stored under these (kind, scope pk, key) identities."""
+    found: dict[tuple, Event] = {}
+    for kind, field in (("source", "source_id"), ("tenant", "tenant_id")):
+        pairs = sorted((pk, key) for one_kind, pk, key in identities if one_kind == kind)
+        for start in range(0, len(pairs), _LOOKUP_CHUNK):
+            chunk = pairs[start : start + _LOOKUP_CHUNK]
+            condition = Q(
+                idempotency_key__in={key for _, key in chunk},
+                **{f"{field}__in": {pk for pk, _ in chunk}},
+            )
+            if kind == "tenant":
+                condition &= Q(source__isnull=True)
+            for event in Event.objects.select_related("tenant").filter(condition):
+                identity = (kind, getattr(event, field), event.idempotency_key)
+                if identity in identities:
+                    found[identity] = event
+    return found
+
+
+class _Endpoints:
+    """Destinations for many events with one query for all their tenants' endpoints."""
+
+    def __init__(self, items: list[dict]) -> None:
+        tenant_ids = {item["tenant"].pk for item in items if item["tenant"] is not None}
+        self._by_tenant: dict[int, list[tuple[Endpoint, list[str]]]] = defaultdict(list)
+        if tenant_ids:
+            for endpoint in Endpoint.objects.filter(tenant_id__in=tenant_ids).order_by("pk"):
+                self._by_tenant[endpoint.tenant_id].append((endpoint, endpoint.event_type_filter()))
+        self._shared: dict[int, list[Endpoint]] = {}
+
+    def for_item(self, item: dict) -> list[Endpoint]:
+        source, tenant = item["source"], item["tenant"]
+        if source is not None:
+            if source.pk not in self._shared:
+                self._shared[source.pk] = source_destinations(source)
+            if self._shared[source.pk]:
+                return self._shared[source.pk]
+        if tenant is None:
+            return []
+        event_type = item["event_type"]
+        return [
+            endpoint
+            for endpoint, wanted in self._by_tenant.get(tenant.pk, [])
+            if not wanted or event_type in wanted
+        ]
+
+
+# Fields whose Python value is already what both SQLite and psycopg take as a parameter.
+_PLAIN_FIELDS = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.BinaryField,
+    models.ForeignKey,
+)
+_INSERTS: dict[tuple[str, type], tuple[str, list]] = {}
+
+
+def _insert_plan(model: type) -> tuple[str, list]:
+    """The INSERT statement for `model` and one value getter per column."""
+    key = (connection.vendor, model)
+    if key not in _INSERTS:
+        fields = model._meta.concrete_fields
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(field.column) for field in fields)
+        placeholders = ", ".join(["%s"] * len(fields))
+        sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+        getters = []
+        for field in fields:
+            if isinstance(field, _PLAIN_FIELDS):
+                getters.append(attrgetter(field.attname))
+            else:  # datetimes, JSON: the field adapts them for this database
+                getters.append(partial(_prepared, field))
+        _INSERTS[key] = (sql, getters)
+    return _INSERTS[key]
+
+
+def _prepared(field, obj) -> object:
+    return field.get_db_prep_save(field.pre_save(obj, True), connection)
+
+
+def _insert_rows(objs: list) -> tuple[list, str, list[list]]:
+    """The objects, their INSERT statement and their rows (nothing executed yet)."""
+    if not objs:
+        return objs, "", []
+    sql, getters = _insert_plan(type(objs[0]))
+    return objs, sql, [[getter(obj) for getter in getters] for obj in objs]
+
+
+def _execute_inserts(inserts: list[tuple[list, str, list[list]]]) -> None:
+    """INSERT prepared rows, one executemany() per model.
+
+    What bulk_create() stores, without its per-row SQL compilation (60% of a 500-event
+    batch's CPU). Only for models whose primary key is set on construction (Event and
+    Delivery: ULIDs) and whose fields are plain values or adapted by the field itself.
+    Like bulk_create, it sends no signals.
+    """
+    with connection.cursor() as cursor:
+        for _, sql, rows in inserts:
+            if rows:
+                cursor.executemany(sql, rows)
+    for objs, _, _ in inserts:
+        for obj in objs:
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+
+@dataclass
+class _Plan:
+    """What a batch will insert, built before the transaction opens."""
+
+    results: list[Accepted]
+    events: list[Event]
+    deliveries: list[Delivery]
+    fallbacks: dict[int, int]
+
+
+def _plan_batch(items: list[dict], endpoints: "_Endpoints") -> _Plan:
+    identities = {identity for identity in map(_identity, items) if identity is not None}
+    stored = _stored_events(identities) if identities else {}
+    plan = _Plan([], [], [], defaultdict(int))
+    first_in_batch: dict[tuple, Event] = {}
+    for item in items:
+        identity = _identity(item)
+        earlier = None
+        if identity is not None:
+            earlier = stored.get(identity) or first_in_batch.get(identity)
+        if earlier is not None:
+            plan.results.append(Accepted(earlier, created=False, deliveries=0))
+            continue
+        event = _new_event(**item)
+        if identity is not None:
+            first_in_batch[identity] = event
+        deliveries = _deliveries_for(event, endpoints.for_item(item))
+        plan.events.append(event)
+        plan.deliveries.extend(deliveries)
+        if item["source"] is not None and item["tenant"] is None:
+            plan.fallbacks[item["source"].pk] += 1
+        plan.results.append(Accepted(event, created=True, deliveries=len(deliveries)))
+    return plan
+
+
 def accept_many(items: list[dict]) -> list[Accepted]:
-    """Several published events in one transaction (the batch form of the publish API)."""
-    with transaction.atomic():
-        return [accept(**item) for item in items]
+    """Several events (each the keyword arguments of `accept`) in one transaction.
+
+    All or nothing. Same idempotency answers as `accept` one by one, a repeat within the batch
+    included (it answers with the batch's first event of that key).
+
+    The look-ups and the building of rows happen before the transaction, which holds only
+    the inserts: on SQLite the write lock is held for as short a time as possible. A key
+    stored by a concurrent request after our look-up makes the insert collide with the unique
+    constraint; the transaction then rolls back and the batch is planned again (the look-up
+    finds that row this time).
+    """
+    endpoints = _Endpoints(items)
+    for attempt in range(_BULK_ATTEMPTS):
+        plan = _plan_batch(items, endpoints)
+        inserts = [_insert_rows(plan.events), _insert_rows(plan.deliveries)]
+        try:
+            with transaction.atomic():
+                _execute_inserts(inserts)
+                for source_pk, count in plan.fallbacks.items():
+                    Source.objects.filter(pk=source_pk).update(
+                        fallback_count=F("fallback_count") + count
+                    )
+                enqueue_on_commit(plan.deliveries)
+        except IntegrityError:
+            if attempt == _BULK_ATTEMPTS - 1:
+                raise
+            continue
+        return plan.results
+    raise AssertionError("unreachable")

@@ -2,23 +2,31 @@
 
 One event: {"tenant", "event_type", "payload", "idempotency_key"?}. A batch:
 {"events": [...]} (at most PUBLISH_MAX_BATCH), stored in one transaction. Errors are
-JSON with the field to fix: 400 unreadable body, 401 token, 413 too large, 422 invalid.
+JSON with the field to fix: 400 unreadable body, 401 token, 405 method, 413 too large,
+422 invalid.
+
+The body must be strict JSON (UTF-8, no NaN/Infinity, no number that overflows a float):
+payloads are re-serialized for delivery, and what we send must be JSON that any receiver
+can parse.
 """
 
 import json
+import math
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
-from webhooks.body import BodyTooLarge, read_limited
+from webhooks.body import BodyError, read_limited
 from webhooks.models import ApiToken, hash_token
-from webhooks.publish import PublishError, publish_batch, validate
+from webhooks.publish import PublishError, publish_batch, tenants_by_key, validate
 
 BEARER = "bearer "
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def _error(status: int, message: str, field: str | None = None) -> JsonResponse:
@@ -33,17 +41,58 @@ def authenticate(request: HttpRequest) -> ApiToken | None:
     if not header.lower().startswith(BEARER):
         return None
     # Looked up by hash: an index lookup that never compares secrets character by character.
-    token = ApiToken.objects.select_related("tenant").filter(
-        token_hash=hash_token(header[len(BEARER) :].strip()), is_active=True
-    ).first()
-    if token is not None:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    token = (
+        ApiToken.objects.select_related("tenant")
+        .filter(token_hash=hash_token(header[len(BEARER) :].strip()), is_active=True)
+        .first()
+    )
+    now = timezone.now()
+    if token is not None and (
+        token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION
+    ):
+        # A write per request only to move a timestamp is not worth it: a minute is precise
+        # enough to tell a token in use from one that is not.
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
 
 
+class _NotStrictJson(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> float:
+    raise _NotStrictJson(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStrictJson(f"the number {text[:40]} is too large")
+    return value
+
+
+def parse_document(raw: bytes) -> object:
+    """Strict JSON, or ValueError with a reason fit for a 400."""
+    try:
+        text = raw.removeprefix(_UTF8_BOM).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError("body is not UTF-8") from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NotStrictJson as exc:
+        raise ValueError(f"body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("body JSON is nested too deeply") from exc
+    except ValueError as exc:
+        raise ValueError("body is not valid JSON") from exc
+
+
 @csrf_exempt
-@require_POST
 def publish_events(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        response = _error(405, "only POST is accepted here")
+        response["Allow"] = "POST"
+        return response
     try:
         return _publish_events(request)
     except DatabaseError:
@@ -60,28 +109,37 @@ def _publish_events(request: HttpRequest) -> HttpResponse:
         return response
     try:
         raw = read_limited(request, settings.INGEST_MAX_BODY_BYTES)
-    except BodyTooLarge:
-        return _error(413, f"body larger than {settings.INGEST_MAX_BODY_BYTES} bytes")
+    except BodyError as exc:
+        return _error(exc.status, exc.message)
     try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError):
-        return _error(400, "body is not valid JSON")
+        document = parse_document(raw)
+    except ValueError as exc:
+        return _error(400, str(exc))
     is_batch = isinstance(document, dict) and "events" in document
     items = document["events"] if is_batch else [document]
     if is_batch and (not isinstance(items, list) or not items):
         return _error(422, "expected a non-empty list", field="events")
     if len(items) > settings.PUBLISH_MAX_BATCH:
-        return _error(422, f"at most {settings.PUBLISH_MAX_BATCH} events per request", field="events")
+        return _error(
+            422, f"at most {settings.PUBLISH_MAX_BATCH} events per request", field="events"
+        )
+    tenants = tenants_by_key(items)
     try:
         requests = [
-            validate(item, allowed_tenant=token.tenant, prefix=f"events[{index}]." if is_batch else "")
+            validate(
+                item,
+                allowed_tenant=token.tenant,
+                prefix=f"events[{index}]." if is_batch else "",
+                tenants=tenants,
+            )
             for index, item in enumerate(items)
         ]
     except PublishError as exc:
         return _error(422, exc.message, field=exc.field)
     accepted = publish_batch(requests)
     results = [
-        {"id": one.event.id, "deliveries": one.deliveries, "duplicate": not one.created} for one in accepted
+        {"id": one.event.id, "deliveries": one.deliveries, "duplicate": not one.created}
+        for one in accepted
     ]
     status = 202 if any(one.created for one in accepted) else 200
     return JsonResponse({"events": results} if is_batch else results[0], status=status)

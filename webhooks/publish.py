@@ -14,6 +14,11 @@ MAX_EVENT_TYPE_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 
 
+def _printable(text: str) -> bool:
+    """No NUL, control characters or lone surrogates (PostgreSQL and UTF-8 refuse them)."""
+    return text.isprintable()
+
+
 class PublishError(ValueError):
     """Invalid input; `field` names what to fix."""
 
@@ -31,14 +36,40 @@ class PublishRequest:
     idempotency_key: str | None
 
 
-def validate(raw: object, *, allowed_tenant: Tenant | None = None, prefix: str = "") -> PublishRequest:
-    """Check one event's fields; a token bound to a tenant sees other tenants as unknown."""
+def tenants_by_key(items: list[object]) -> dict[str, Tenant]:
+    """The tenants a batch names, in one query (for `validate(..., tenants=...)`)."""
+    keys = {
+        item["tenant"].strip()
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("tenant"), str)
+    }
+    keys = {key for key in keys if _printable(key)}
+    return {tenant.key: tenant for tenant in Tenant.objects.filter(key__in=keys)} if keys else {}
+
+
+def validate(
+    raw: object,
+    *,
+    allowed_tenant: Tenant | None = None,
+    prefix: str = "",
+    tenants: dict[str, Tenant] | None = None,
+) -> PublishRequest:
+    """Check one event's fields; a token bound to a tenant sees other tenants as unknown.
+
+    `tenants`, when given, holds every tenant the caller may name (from `tenants_by_key`),
+    so validating a batch costs one query rather than one per event.
+    """
     if not isinstance(raw, dict):
         raise PublishError(prefix or "body", "expected a JSON object")
     key = raw.get("tenant")
     if not isinstance(key, str) or not key.strip():
         raise PublishError(f"{prefix}tenant", "required: the tenant's key (a non-empty string)")
-    tenant = Tenant.objects.filter(key=key.strip()).first()
+    if not _printable(key.strip()):
+        tenant = None  # no tenant key holds control characters (and PostgreSQL refuses NUL)
+    elif tenants is not None:
+        tenant = tenants.get(key.strip())
+    else:
+        tenant = Tenant.objects.filter(key=key.strip()).first()
     if tenant is None or (allowed_tenant is not None and tenant.pk != allowed_tenant.pk):
         raise PublishError(f"{prefix}tenant", f"unknown tenant {key.strip()[:100]!r}")
     event_type = raw.get("event_type")
@@ -46,6 +77,8 @@ def validate(raw: object, *, allowed_tenant: Tenant | None = None, prefix: str =
         raise PublishError(f"{prefix}event_type", "required: a non-empty string")
     if len(event_type) > MAX_EVENT_TYPE_LENGTH:
         raise PublishError(f"{prefix}event_type", f"at most {MAX_EVENT_TYPE_LENGTH} characters")
+    if not _printable(event_type):
+        raise PublishError(f"{prefix}event_type", "must not contain control characters")
     if "payload" not in raw:
         raise PublishError(f"{prefix}payload", "required: any JSON value")
     idempotency_key = raw.get("idempotency_key")
@@ -55,9 +88,16 @@ def validate(raw: object, *, allowed_tenant: Tenant | None = None, prefix: str =
         or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
     ):
         raise PublishError(
-            f"{prefix}idempotency_key", f"a non-empty string of at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters"
+            f"{prefix}idempotency_key",
+            f"a non-empty string of at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
         )
-    payload = json.dumps(raw["payload"], separators=(",", ":")).encode()
+    if idempotency_key is not None and not _printable(idempotency_key):
+        raise PublishError(f"{prefix}idempotency_key", "must not contain control characters")
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON, and receivers would choke on them.
+        payload = json.dumps(raw["payload"], separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise PublishError(f"{prefix}payload", f"not serializable as JSON: {exc}") from exc
     return PublishRequest(tenant, event_type.strip(), payload, idempotency_key)
 
 
@@ -73,11 +113,18 @@ def _accept_kwargs(request: PublishRequest) -> dict:
     }
 
 
-def publish(tenant: Tenant | str, event_type: str, payload: object, idempotency_key: str | None = None) -> Accepted:
+def publish(
+    tenant: Tenant | str, event_type: str, payload: object, idempotency_key: str | None = None
+) -> Accepted:
     """Publish one event for a tenant (object or key). Raises PublishError on bad input."""
     key = tenant.key if isinstance(tenant, Tenant) else tenant
     request = validate(
-        {"tenant": key, "event_type": event_type, "payload": payload, "idempotency_key": idempotency_key}
+        {
+            "tenant": key,
+            "event_type": event_type,
+            "payload": payload,
+            "idempotency_key": idempotency_key,
+        }
     )
     return accept(**_accept_kwargs(request))
 

@@ -168,6 +168,10 @@ if SCHEDULER_RETRY_MIN_SHARE > 1:
     raise ImproperlyConfigured("SCHEDULER_RETRY_MIN_SHARE must be between 0 and 1.")
 SCHEDULER_FALLBACK_WEIGHT = env_int("SCHEDULER_FALLBACK_WEIGHT", 1, minimum=1, maximum=16)
 SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
+# Deliveries per second for a tenant whose own rate is empty; 0 = unlimited.
+TENANT_DEFAULT_RATE_PER_SECOND = env_float("TENANT_DEFAULT_RATE_PER_SECOND", 0.0)
+if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:
+    raise ImproperlyConfigured("TENANT_DEFAULT_RATE_PER_SECOND must be at most 10000.")
 LEASE_SECONDS = env_int("LEASE_SECONDS", 30, minimum=2, maximum=60)
 
 # Delivery workers.

@@ -47,6 +47,9 @@ class Keys:
         self.busy = self.prefix + "busy"
         self.age = self.prefix + "age"
         self.paused = self.prefix + "paused"
+        self.tat = self.prefix + "tat"  # token clocks of rates, "e<id>" / "t<token>"
+        self.due = self.prefix + "due"  # what waits for a token, by when it is due
+        self.hold = self.prefix + "hold"  # paused endpoints (Retry-After), by until
 
     def lane(self, tenant_id: int | None, endpoint_id: int, lane: str) -> str:
         return f"{self.prefix}q:{tenant_token(tenant_id)}:{endpoint_id}:{KIND_OF_LANE[lane]}"

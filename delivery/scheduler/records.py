@@ -19,6 +19,10 @@ class Item:
     retry_max_in_flight: int = 1
     lane: str = FRESH
     due_at: float | None = None  # epoch seconds; later than now = delayed until then
+    # Requests per second (None = unlimited): a rate bounds how many requests start per
+    # second, where the caps above bound how many are open at once. See Scheduler.
+    endpoint_rate: float | None = None
+    tenant_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class TenantRow:
     oldest_age_seconds: float
     weight: int
     paused: bool
+    rate_per_second: float | None = None  # its delivery rate; None = unlimited
+    # Its rate is what holds it back right now: no token ready, so it is out of the turn
+    # order until the next one is due (the dashboard's "a rate limit is what paces you").
+    rate_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,11 @@ class EndpointRow:
     max_in_flight: int
     retry_in_flight: int
     retry_max_in_flight: int
-    parked_lanes: int  # tenant lanes waiting for a slot on this endpoint
+    parked_lanes: int  # tenant lanes waiting for a slot (or a token) on this endpoint
+    rate_per_second: float | None = None  # None = no rate limit
+    paused_until: float | None = None  # epoch seconds, from a Retry-After (pause_endpoint)
+    # No request may start now: its rate has no token ready, or it is paused.
+    rate_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,12 @@ class Snapshot:
     deferrals_total: int
     oldest_age_seconds: float  # oldest queued delivery; 0 when nothing is queued
     tenants: list[TenantRow]  # the top-N oldest backlogged tenants, oldest first
-    endpoints: list[EndpointRow]  # the top-N endpoints by in-flight leases
+    # The top-N endpoints by in-flight leases, then up to N more that are paused or wait
+    # for a token (they may have nothing in flight).
+    endpoints: list[EndpointRow]
     # Cumulative: bound (seconds) -> tenants whose oldest queued delivery is at most that
     # old; backlogged_tenants is the +Inf bucket. Fair mode only (FIFO keeps no ages).
     age_histogram: dict[float, int]
+    # Times a lane parked, or a tenant left the turn order, to wait for a token (its rate
+    # or a pause): like deferrals, never an attempt. Deferrals count the caps alone.
+    rate_waits_total: int = 0

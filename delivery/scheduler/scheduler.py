@@ -5,6 +5,7 @@ docs/SCHEDULER.md for the data structures and the guarantees).
 """
 
 import contextlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -19,6 +20,19 @@ from .records import Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
 _OUTCOME = re.compile(r"[a-z_]{1,32}")
+# Requests per second a rate may be: token clocks run on epoch seconds (~1.8e9), exact to
+# a fraction of a microsecond, so intervals stay well above that.
+MAX_RATE = 10_000.0
+
+
+def _rate(value: float | None, what: str) -> str:
+    """A rate as a script argument: "" for none (None or 0 = unlimited)."""
+    if value is None or value == 0:
+        return ""
+    rate = float(value)
+    if not 0 < rate <= MAX_RATE:  # also refuses NaN
+        raise ValueError(f"{what} must be None (unlimited) or in (0, {MAX_RATE:g}], not {value!r}")
+    return repr(rate)
 
 
 @cache
@@ -41,10 +55,12 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         promote_limit: int = 64,
         reclaim_limit: int = 16,
+        wake_limit: int = 32,
     ) -> None:
         """`clock` is for tests: None means every script reads the Redis server's clock,
-        so workers on different hosts agree on lease deadlines. The limits bound how many
-        due retries and expired leases one pick moves, keeping each pick O(1)-ish."""
+        so workers on different hosts agree on lease deadlines and token times. The limits
+        bound how many due retries, expired leases and rate/pause wake-ups one pick
+        handles, keeping each pick O(1)-ish."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if turn_size < 1 or fallback_weight < 1 or lease_seconds <= 0:
@@ -60,7 +76,7 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.keys = keys.Keys(shard)
         self._clock = clock
-        self._limits = (promote_limit, reclaim_limit)
+        self._limits = (promote_limit, reclaim_limit, wake_limit)
         self._scripts = scripts.register_all(connection)
 
     @classmethod
@@ -105,12 +121,16 @@ class Scheduler:
                 item.retry_max_in_flight,
                 keys.KIND_OF_LANE[item.lane],
                 "" if item.due_at is None else repr(float(item.due_at)),
+                _rate(item.endpoint_rate, "endpoint_rate"),
+                _rate(item.tenant_rate, "tenant_rate"),
             )
         self._run("enqueue", *args)
 
     def pick(self, worker_id: str, max_items: int = 1) -> PickResult:
         """Lease up to max_items deliveries, one tenant turn at a time, in one round trip.
-        The same script first promotes due retries and reclaims expired leases (bounded)."""
+        The same script first promotes due retries, reclaims expired leases and wakes what
+        a rate or a pause held back once its token is due (each bounded). When nothing is
+        ready, wait_seconds is the time until the next of those events (at most 5 s)."""
         members, deadline, wait = self._run(
             f"pick_{self.mode}",
             worker_id.replace("|", "_"),
@@ -159,20 +179,68 @@ class Scheduler:
         with contextlib.suppress(redis.TimeoutError):
             self.connection.blpop([self.keys.wake], timeout=timeout)
 
-    def set_tenant(self, tenant_id: int, *, weight: int, paused: bool) -> None:
+    def set_tenant(
+        self,
+        tenant_id: int | None,
+        *,
+        weight: int,
+        paused: bool,
+        rate_per_second: float | None = None,
+    ) -> None:
         """Apply an operator's change. A paused tenant keeps its lanes but gets no turns;
-        on resume it continues from where it stood in the turn order."""
+        on resume it continues from where it stood in the turn order.
+
+        `rate_per_second` (None = unlimited) caps how fast the tenant's deliveries start,
+        across all its endpoints, even while workers are idle: out of tokens, the tenant
+        leaves the turn order until its next one is due (other tenants get its turns), then
+        rejoins where it stood. Like the weight, it is also carried by each Item, so pass
+        the full configuration: None removes a rate."""
         if weight < 1:
             raise ValueError("weight must be at least 1")
-        self._run("set_tenant", keys.tenant_token(tenant_id), weight, "1" if paused else "0")
+        self._run(
+            "set_tenant",
+            keys.tenant_token(tenant_id),
+            weight,
+            "1" if paused else "0",
+            _rate(rate_per_second, "rate_per_second"),
+        )
 
     def set_endpoint(
-        self, endpoint_id: int, *, max_in_flight: int, retry_max_in_flight: int
+        self,
+        endpoint_id: int,
+        *,
+        max_in_flight: int,
+        retry_max_in_flight: int,
+        rate_per_second: float | None = None,
     ) -> None:
-        """New caps; a raised cap un-parks waiting lanes at once."""
+        """New caps and rate; a raised cap or rate un-parks waiting lanes at once.
+
+        A cap bounds the requests open at once; `rate_per_second` (None = unlimited)
+        bounds how many start per second, as a token bucket (GCRA) with a burst of
+        max(1, floor(rate)) requests (one second's worth) after a quiet spell: over any
+        window of W seconds, at most rate * W + burst start. A lane without a token parks
+        until its token is due (a pick wakes it): never an attempt, and no other endpoint
+        or tenant waits for it. Like the caps, it is also carried by each Item."""
         if max_in_flight < 0 or retry_max_in_flight < 0:
             raise ValueError("caps cannot be negative")
-        self._run("set_endpoint", int(endpoint_id), max_in_flight, retry_max_in_flight)
+        self._run(
+            "set_endpoint",
+            int(endpoint_id),
+            max_in_flight,
+            retry_max_in_flight,
+            _rate(rate_per_second, "rate_per_second"),
+        )
+
+    def pause_endpoint(self, endpoint_id: int, until: float) -> bool:
+        """Start no request to the endpoint before `until` (epoch seconds), e.g. after a 429
+        or 503 with Retry-After. Its lanes sleep until then, other endpoints are unaffected,
+        and requests in flight finish as they will. A pause only ever extends (the later
+        end wins); it survives the endpoint going idle but not a rebuild (clear()). With a
+        rate, the endpoint resumes at that rate, without a burst. False if `until` has
+        passed already (nothing changed)."""
+        if not math.isfinite(until):
+            raise ValueError(f"until must be a finite epoch time, not {until!r}")
+        return bool(self._run("pause_endpoint", int(endpoint_id), repr(float(until))))
 
     def snapshot(
         self, top_n: int = 20, age_buckets: Sequence[float] = snapshot.DEFAULT_AGE_BUCKETS

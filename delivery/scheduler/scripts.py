@@ -19,6 +19,7 @@ _PARTS = {
     "renew": ("lib", "renew"),
     "set_tenant": ("lib", "set_tenant"),
     "set_endpoint": ("lib", "set_endpoint"),
+    "pause_endpoint": ("lib", "pause_endpoint"),
     "snapshot": ("lib", "snapshot"),
 }
 

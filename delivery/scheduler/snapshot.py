@@ -18,6 +18,13 @@ def count(value: Any) -> int:
     return 0 if value is None else int(value)
 
 
+def optional(value: Any) -> float | None:
+    """A stored number ("" or missing = none): a rate, or a pause's end."""
+    if value is None or not text(value):
+        return None
+    return float(text(value))
+
+
 def age_seconds(now_ms: int, oldest_ms: Any) -> float:
     return max(0.0, (now_ms - int(float(text(oldest_ms)))) / 1000)
 
@@ -36,7 +43,7 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
         now_ms,
     ) = reply
     now = int(text(now_ms))
-    fresh, retry, fallback_total, deferrals, tenants = (count(value) for value in stats)
+    fresh, retry, fallback_total, deferrals, tenants, rate_waits = map(count, stats)
     tenants_out = [
         TenantRow(
             tenant_id=tenant_id_of(text(row[0])),
@@ -47,6 +54,8 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
             in_flight=count(row[5]),
             weight=count(row[6]) or 1,
             paused=bool(row[7]),
+            rate_per_second=optional(row[8]),
+            rate_limited=bool(row[9]),
         )
         for row in tenant_rows
     ]
@@ -58,6 +67,9 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
             retry_max_in_flight=count(row[3]),
             retry_in_flight=count(row[4]),
             parked_lanes=count(row[5]),
+            rate_per_second=optional(row[6]),
+            paused_until=optional(row[7]),
+            rate_limited=bool(row[8]),
         )
         for row in endpoint_rows
     ]
@@ -75,4 +87,5 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
         tenants=tenants_out,
         endpoints=endpoints_out,
         age_histogram=dict(zip(buckets, (int(n) for n in histogram), strict=True)),
+        rate_waits_total=rate_waits,
     )

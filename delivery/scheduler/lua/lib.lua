@@ -18,18 +18,26 @@
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
 --   t:t         HASH  tenant: f r d i (fresh/retry/delayed/in-flight counts), w weight,
 --                     c retry credit (ppm), u used part of an unfinished turn,
---                     s virtual time kept while paused
---   e:e         HASH  endpoint: m rm caps, ri live retry leases, n deliveries anywhere here
+--                     s virtual time kept while paused or asleep for its rate,
+--                     rr rate per second (absent = unlimited)
+--   e:e         HASH  endpoint: m rm caps, ri live retry leases, n deliveries anywhere here,
+--                     rr rate per second (absent = unlimited)
 --   busy        ZSET  endpoints by number of live leases (the in-flight count)
 --   leases      ZSET  "id|t|e|k|token" by deadline
 --   delayed     ZSET  "id|t|e|k" by due time
 --   fifo        LIST  "id|t|e|k" (FIFO mode only)
 --   paused      SET   paused tenants (configuration, so it outlives an idle spell)
---   stats       HASH  f r (depths), V (virtual time), seq, deferrals, fallback_total, tenants,
---                     out:<outcome> (finished leases by outcome)
+--   tat         ZSET  token clocks: "e<e>" / "t<t>" by theoretical arrival time (GCRA);
+--                     only while in the future (older ones are pruned: same as none)
+--   due         ZSET  what a rate or pause put to sleep, by when its next token is due:
+--                     "e<e>" (lanes parked on e wait for a token), "t<t>" (tenant out of vt)
+--   hold        ZSET  endpoints paused by Retry-After, by paused-until (for the snapshot)
+--   stats       HASH  f r (depths), V (virtual time), seq, deferrals, rate_waits,
+--                     fallback_total, tenants, out:<outcome> (finished leases by outcome)
 --   wake        LIST  wake-up tokens for sleeping workers (short expiry)
 -- Invariant: a non-empty lane is in exactly one place, its tenant's rotation or its
--- endpoint's park set; a tenant is in vt exactly when it is unpaused and has a rotation.
+-- endpoint's park set (waiting for a slot or a token); a tenant is in vt exactly when it
+-- is unpaused, has a rotation and is not asleep for its rate ("t<t>" in due).
 -- Empty lists/sets vanish by themselves and hashes are deleted at zero, so an idle
 -- tenant or endpoint leaves no key behind.
 
@@ -44,6 +52,8 @@ local MODE = ARGV[3]
 local FALLBACK = 'fb'
 local PPM = 1000000 -- retry credit is kept in integer parts per million: no float drift
 local MAX_WAIT = 5 -- seconds a worker may sleep without re-checking
+local HUGE = math.huge -- the tokens of an endpoint or tenant without a rate
+local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to ~0.25 us
 
 local K_STATS = KEYS[1]
 local K_VT = P .. 'vt'
@@ -54,6 +64,9 @@ local K_DELAYED = P .. 'delayed'
 local K_FIFO = P .. 'fifo'
 local K_PAUSED = P .. 'paused'
 local K_WAKE = P .. 'wake'
+local K_TAT = P .. 'tat'
+local K_DUE = P .. 'due'
+local K_HOLD = P .. 'hold'
 
 local function lane_key(t, e, k) return P .. 'q:' .. t .. ':' .. e .. ':' .. k end
 local function rot_key(t, k) return P .. 'rot:' .. t .. ':' .. k end
@@ -83,6 +96,19 @@ end
 
 local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
 local function is_paused(t) return redis.call('SISMEMBER', K_PAUSED, t) == 1 end
+
+-- ZSCORE on the rate keys (tat, hold, due), but whether each exists is read once per
+-- script (writers set it, deleters clear it): without rates or pauses, a script pays at
+-- most one EXISTS per key, and a pick none after its upkeep's one EXISTS of all three.
+local live = {}
+local function score_of(key, member)
+  if live[key] == nil then live[key] = redis.call('EXISTS', key) == 1 end
+  if not live[key] then return nil end
+  return tonumber(redis.call('ZSCORE', key, member))
+end
+
+-- Out of tokens: the tenant left vt until its next token is due (see tenant_sleep).
+local function is_asleep(t) return score_of(K_DUE, 't' .. t) ~= nil end
 local function has_rotation(t)
   return redis.call('EXISTS', rot_key(t, 'f'), rot_key(t, 'r')) > 0
 end
@@ -103,22 +129,37 @@ end
 -- newcomer waits at most one lap; `hint` (the virtual time it had when a lane was parked
 -- or the tenant paused) stops a returning tenant from jumping ahead of its share.
 local function join(t, hint)
-  if redis.call('ZSCORE', K_VT, t) or is_paused(t) then return end
+  if redis.call('ZSCORE', K_VT, t) or is_paused(t) or is_asleep(t) then return end
   local v = vtime()
   if hint and hint > v then v = hint end
   redis.call('ZADD', K_VT, v, t)
 end
 
--- Free slots on endpoint e for a lane of kind k: the in-flight count is the number of
--- live leases (busy), and retries are held to their own cap as well.
-local function free_slots(e, k)
-  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri')
+-- Rates and pauses: the token arithmetic lives in rates(), at the end of this file.
+local RATES -- built on first use, see rates()
+local rates
+
+-- What endpoint e can take now: free slots under its cap (fresh) and under both caps
+-- (retry, which also has its own), the tokens its rate or a pause has ready (HUGE with
+-- neither), when the next token is due if none is ready, its rate and its pause's end.
+local function limits(e)
+  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
   local free = num(cfg[1]) - num(redis.call('ZSCORE', K_BUSY, e))
-  if k == 'r' then
-    local rfree = num(cfg[2]) - num(cfg[3])
-    if rfree < free then free = rfree end
-  end
-  return free
+  local rfree = num(cfg[2]) - num(cfg[3])
+  if free < rfree then rfree = free end
+  local rate = num(cfg[4])
+  local hold = score_of(K_HOLD, e)
+  if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil end
+  local tok, due = rates().tokens('e' .. e, rate, hold)
+  return free, rfree, tok, due, rate, hold
+end
+
+-- Free slots on endpoint e for a lane of kind k, the ready tokens, the next token's due
+-- time (if none is ready), its rate and its pause.
+local function capacity(e, k)
+  local free, rfree, tok, due, rate, hold = limits(e)
+  if k == 'r' then free = rfree end
+  return free, tok, due, rate, hold
 end
 
 -- Park a lane whose endpoint is full. Ordered by the tenant's virtual time, so the
@@ -130,8 +171,10 @@ end
 -- A lane just became non-empty: into the tenant's rotation (front = next, for work
 -- coming back from a dead worker), or straight to the park set if its endpoint is full.
 local function activate(t, e, k, front)
-  if free_slots(e, k) <= 0 then
+  local free, tok, due = capacity(e, k)
+  if free <= 0 or tok <= 0 then
     park(t, e, k, tonumber(redis.call('ZSCORE', K_VT, t)) or vtime())
+    if free > 0 then rates().await_token(e, due) end
     return 0
   end
   if front then
@@ -232,7 +275,8 @@ local function release(member)
 end
 
 -- Un-park up to `count` lanes of kind k waiting on e, lowest virtual time first. A paused
--- tenant's lane goes back to its rotation without counting, so it holds no slot hostage.
+-- or sleeping tenant's lane goes back to its rotation without counting, so it holds no
+-- slot hostage.
 local function unpark(e, k, count)
   local pk = park_key(e, k)
   local woken, guard = 0, count + 16
@@ -241,7 +285,7 @@ local function unpark(e, k, count)
     local top = redis.call('ZPOPMIN', pk)
     if not top[1] then break end
     redis.call('RPUSH', rot_key(top[1], k), e)
-    if not is_paused(top[1]) then
+    if not is_paused(top[1]) and not is_asleep(top[1]) then
       join(top[1], tonumber(top[2]))
       woken = woken + 1
     end
@@ -249,26 +293,140 @@ local function unpark(e, k, count)
   return woken
 end
 
--- Hand free slots on e to parked lanes: one candidate per free slot for each kind
--- (a candidate that loses the race re-parks; that is a counted deferral, not a leak).
+-- Hand free slots on e to parked lanes: one candidate per free slot for each kind, and
+-- no more than e has tokens ready (a candidate that loses the race re-parks; that is a
+-- counted deferral, not a leak). Slots free but no token: a pick wakes them when it's due.
 local function fill(e)
   if redis.call('EXISTS', park_key(e, 'f'), park_key(e, 'r')) == 0 then return 0 end
+  local free, rfree, tok, due = limits(e)
+  if free > 0 and tok <= 0 then
+    rates().await_token(e, due)
+    return 0
+  end
+  -- Each kind gets its own candidates, as for slots, so that retries keep their share
+  -- of scarce tokens (the tenant's retry credit chooses; the loser re-parks).
   local woken = 0
-  local free = free_slots(e, 'f')
-  if free > 0 then woken = unpark(e, 'f', free) end
-  free = free_slots(e, 'r')
-  if free > 0 then woken = woken + unpark(e, 'r', free) end
+  if free > 0 then woken = unpark(e, 'f', math.min(free, tok)) end
+  if rfree > 0 then woken = woken + unpark(e, 'r', math.min(rfree, tok)) end
   return woken
 end
 
 -- How long a worker may sleep when nothing is dispatchable: until the next delayed
--- delivery is due or the next lease may expire, at most MAX_WAIT.
+-- delivery is due, the next lease may expire or the next token (rate or pause) is due, at
+-- most MAX_WAIT. Rounded up to the microsecond, so a worker never wakes just too early.
 local function next_event_wait()
   local wait = MAX_WAIT
-  for _, key in ipairs({K_DELAYED, K_LEASES}) do
+  for _, key in ipairs({K_DELAYED, K_LEASES, K_DUE}) do
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] and tonumber(first[2]) - NOW < wait then wait = tonumber(first[2]) - NOW end
   end
   if wait < 0 then wait = 0 end
-  return wait
+  return math.ceil(wait * 1e6) / 1e6
+end
+
+-- Rates are GCRA (a token bucket kept as one number), in integer microseconds so that no
+-- rounding accumulates: a rate r allows one request per T = 1/r seconds, and a burst of
+-- B = max(1, floor(r)) requests (one second's worth) after a quiet spell. Each endpoint or
+-- tenant with a rate has a theoretical arrival time TAT in `tat`; a request may start when
+-- TAT <= now + tau, tau = (B - 1) T, and moves TAT to max(TAT, now) + T. A TAT in the past
+-- is the same as none (a full bucket), so pruning those loses nothing. An endpoint's pause
+-- (Retry-After, in `hold`) counts as a TAT of at least its end + tau: no token before it
+-- ends, then none faster than the rate.
+--
+-- Built on first use: Redis reruns this file's top level at every script call, and each
+-- closure made there costs (more with every upvalue), so a call that meets no rate and no
+-- pause never builds these.
+rates = function()
+  if RATES then return RATES end
+  local function us(seconds) return math.floor(seconds * 1e6 + 0.5) end
+  local NOW_US = us(NOW)
+  local function interval_us(rate) return math.max(1, us(1 / rate)) end
+  local function tolerance_us(rate)
+    return (math.max(1, math.floor(rate + 1e-9)) - 1) * interval_us(rate)
+  end
+
+  local function clock(member, rate, hold)
+    local tat = score_of(K_TAT, member)
+    if not tat or tat < NOW_US then tat = NOW_US end
+    if hold then
+      local resume = us(hold) + tolerance_us(rate)
+      if resume > tat then tat = resume end
+    end
+    return tat
+  end
+
+  -- Tokens `member` ("e<e>" or "t<t>") has ready now under `rate` per second (0: none) and
+  -- a pause until `hold` (nil: none): HUGE with neither. With none ready, also returns the
+  -- time (epoch seconds) the next one is due.
+  local function tokens(member, rate, hold)
+    if rate <= 0 then
+      if hold and hold > NOW + EPS then return 0, hold end
+      return HUGE
+    end
+    local tau = tolerance_us(rate)
+    local slack = NOW_US + tau - clock(member, rate, hold)
+    if slack < 0 then return 0, (NOW_US - slack) / 1e6 end
+    return math.floor(slack / interval_us(rate)) + 1
+  end
+
+  -- One request started: move the token clock on. Returns when the next token is due if
+  -- this one was the last ready.
+  local function take(member, rate, hold)
+    if rate <= 0 then return nil end
+    local tat = clock(member, rate, hold) + interval_us(rate)
+    redis.call('ZADD', K_TAT, tat, member)
+    live[K_TAT] = true
+    return (tat - tolerance_us(rate)) / 1e6
+  end
+
+  -- A rate was written (maybe changed): a clock earned at an older, slower rate holds the
+  -- member back at most one interval of the new one. Never grants a token: at a steady
+  -- rate TAT <= now + tau + T holds anyway, so this changes nothing then.
+  local function clamp_clock(member, rate)
+    if rate <= 0 then return end
+    local tat = score_of(K_TAT, member)
+    local limit = NOW_US + tolerance_us(rate) + interval_us(rate)
+    if tat and tat > limit then redis.call('ZADD', K_TAT, limit, member) end
+  end
+
+  -- Lanes on e wait for a token that is due at `at`: a pick wakes them then (wake_due).
+  local function await_token(e, at)
+    redis.call('ZADD', K_DUE, at, 'e' .. e)
+    live[K_DUE] = true
+  end
+
+  -- A tenant that ran out of tokens leaves vt until its next one is due, keeping `score`
+  -- (where it stood in the turn order) for its return at max(score, V). Its lanes stay in
+  -- its rotations; any that were candidates for a freed slot give other parked lanes the
+  -- chance instead (bounded, as for a pause).
+  local function tenant_sleep(t, score, due)
+    redis.call('ZREM', K_VT, t)
+    redis.call('HSET', tenant_key(t), 's', score)
+    redis.call('ZADD', K_DUE, due, 't' .. t)
+    live[K_DUE] = true
+    for _, k in ipairs({'f', 'r'}) do
+      for _, e in ipairs(redis.call('LRANGE', rot_key(t, k), 0, 15)) do fill(e) end
+    end
+  end
+
+  -- Its token is due (or its rate changed): back into the turn order where it stood, unless
+  -- an operator paused it meanwhile (then `s` waits for the resume).
+  local function tenant_wake(t)
+    redis.call('ZREM', K_DUE, 't' .. t)
+    live[K_DUE] = nil
+    if is_paused(t) then return 0 end
+    local tk = tenant_key(t)
+    local score = tonumber(redis.call('HGET', tk, 's'))
+    redis.call('HDEL', tk, 's')
+    if not has_rotation(t) then return 0 end
+    join(t, score)
+    return 1
+  end
+
+  RATES = {
+    now_us = NOW_US, us = us, tolerance_us = tolerance_us, tokens = tokens, take = take,
+    clamp_clock = clamp_clock, await_token = await_token, tenant_sleep = tenant_sleep,
+    tenant_wake = tenant_wake,
+  }
+  return RATES
 end

@@ -31,3 +31,33 @@ local function reclaim_expired(limit)
   end
   wake(woken)
 end
+
+-- Rates and pauses, bounded: forget token clocks that have caught up with now (none left
+-- means a full bucket, so this changes nothing but memory; each entry is removed once),
+-- and wake up to `limit` endpoints and tenants whose next token is due: an endpoint's
+-- parked lanes are offered its slots and tokens again (fill), a tenant rejoins vt. FIFO
+-- mode keeps `due` only to tell workers how long to sleep.
+local function wake_due(limit)
+  if redis.call('EXISTS', K_TAT, K_HOLD, K_DUE) == 0 then
+    live = {[K_TAT] = false, [K_HOLD] = false, [K_DUE] = false}
+    return
+  end
+  redis.call('ZREMRANGEBYSCORE', K_TAT, '-inf', rates().now_us)
+  redis.call('ZREMRANGEBYSCORE', K_HOLD, '-inf', NOW)
+  live = {}
+  if MODE == 'fifo' then
+    redis.call('ZREMRANGEBYSCORE', K_DUE, '-inf', NOW + EPS)
+    return
+  end
+  local due = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', NOW + EPS, 'LIMIT', 0, limit)
+  for _, member in ipairs(due) do
+    local id = string.sub(member, 2)
+    if string.sub(member, 1, 1) == 'e' then
+      redis.call('ZREM', K_DUE, member)
+      live[K_DUE] = nil
+      fill(id) -- may set a later due time again (a slot but still no token)
+    else
+      rates().tenant_wake(id)
+    end
+  end
+end

@@ -1,30 +1,51 @@
--- pick_fifo.lua: the comparison mode: one arrival-order line for everything. Caps are
--- honoured naively, as in the seed: a capped delivery goes to the back of the line and
--- counts as a deferral. ARGV as pick_fair.lua (turn size, share and weight are unused).
+-- pick_fifo.lua: the comparison mode: one arrival-order line for everything. Caps, rates
+-- and pauses are honoured naively, as in the seed: a delivery whose endpoint is full goes
+-- to the back of the line and counts as a deferral; one whose endpoint or tenant has no
+-- token ready goes to the back too and counts as a rate wait. ARGV as pick_fair.lua (turn
+-- size, share and weight are unused).
 local worker = ARGV[4]
 local max_items = tonumber(ARGV[5])
 local deadline = NOW + tonumber(ARGV[9])
 
 promote_due(tonumber(ARGV[10]))
 reclaim_expired(tonumber(ARGV[11]))
+wake_due(tonumber(ARGV[12]))
 
 local out = {}
-local deferred = 0
+local deferred, waited = 0, 0
 -- Look at each queued delivery at most once per call, and at most a bounded number.
 local budget = math.min(redis.call('LLEN', K_FIFO), 4 * max_items + 64)
+local whole_line = budget == redis.call('LLEN', K_FIFO)
 while #out < max_items and budget > 0 do
   budget = budget - 1
   local entry = redis.call('LPOP', K_FIFO)
   local id, t, e, k = string.match(entry, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-  if free_slots(e, k) <= 0 then
+  local free, tok, due, rate, hold = capacity(e, k)
+  local trate = num(redis.call('HGET', tenant_key(t), 'rr'))
+  local ttok, tdue = HUGE, nil
+  if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
+  if free <= 0 then
     redis.call('RPUSH', K_FIFO, entry)
     deferred = deferred + 1
+  elseif tok <= 0 or ttok <= 0 then
+    redis.call('RPUSH', K_FIFO, entry)
+    -- Only so that workers know how long to sleep: FIFO has no lanes to wake.
+    if tok <= 0 then redis.call('ZADD', K_DUE, due, 'e' .. e) end
+    if ttok <= 0 then redis.call('ZADD', K_DUE, tdue, 't' .. t) end
+    live[K_DUE] = true
+    waited = waited + 1
   else
     out[#out + 1] = grant(id, t, e, k, deadline, worker)
+    if rate > 0 then rates().take('e' .. e, rate, hold) end
+    if trate > 0 then rates().take('t' .. t, trate) end
   end
 end
 
 if deferred > 0 then redis.call('HINCRBY', K_STATS, 'deferrals', deferred) end
+if waited > 0 then redis.call('HINCRBY', K_STATS, 'rate_waits', waited) end
+-- Came back short having looked at the whole line: nothing else is ready, say so.
 local wait = 0
-if #out == 0 or redis.call('EXISTS', K_FIFO) == 0 then wait = next_event_wait() end
-return {out, string.format('%.6f', deadline), string.format('%.3f', wait)}
+if #out == 0 or (#out < max_items and whole_line) or redis.call('EXISTS', K_FIFO) == 0 then
+  wait = next_event_wait()
+end
+return {out, string.format('%.6f', deadline), string.format('%.6f', wait)}

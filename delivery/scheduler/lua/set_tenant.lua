@@ -1,11 +1,22 @@
 -- set_tenant.lua: an operator changed a tenant. ARGV[4] tenant token, [5] weight,
--- [6] "1" paused / "0" active. Returns nothing.
+-- [6] "1" paused / "0" active, [7] rate per second ("" = unlimited). Returns nothing.
 local t = ARGV[4]
 local tk = tenant_key(t)
-if redis.call('EXISTS', tk) == 1 then redis.call('HSET', tk, 'w', ARGV[5]) end
+local rate = tonumber(ARGV[7])
+local old_rate = nil
+if redis.call('EXISTS', tk) == 1 then
+  old_rate = tonumber(redis.call('HGET', tk, 'rr'))
+  redis.call('HSET', tk, 'w', ARGV[5])
+  if rate then
+    redis.call('HSET', tk, 'rr', rate)
+    rates().clamp_clock('t' .. t, rate)
+  else
+    redis.call('HDEL', tk, 'rr')
+  end
+end
 if ARGV[6] == '1' then
   if redis.call('SADD', K_PAUSED, t) == 1 then
-    -- Keep its place: the virtual time it resumes from.
+    -- Keep its place: the virtual time it resumes from (already kept if it is asleep).
     local score = redis.call('ZSCORE', K_VT, t)
     if score then
       redis.call('HSET', tk, 's', score)
@@ -23,10 +34,15 @@ if ARGV[6] == '1' then
     end
     wake(woken)
   end
-elseif redis.call('SREM', K_PAUSED, t) == 1 then
+elseif redis.call('SREM', K_PAUSED, t) == 1 and not is_asleep(t) then
+  -- (An asleep tenant rejoins when its token is due: tenant_wake reads `s` then.)
   if has_rotation(t) then
     join(t, tonumber(redis.call('HGET', tk, 's')))
     wake(1)
   end
   redis.call('HDEL', tk, 's')
+end
+-- A new rate re-times a tenant asleep for the old one.
+if MODE == 'fair' and old_rate ~= rate and is_asleep(t) and rates().tenant_wake(t) > 0 then
+  wake(1)
 end

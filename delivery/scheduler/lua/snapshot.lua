@@ -3,7 +3,8 @@
 -- tenants and busiest endpoints, and one ZCOUNT per histogram bucket.
 -- ARGV[4] top_n, ARGV[5..] histogram bucket bounds in seconds of age.
 local top_n = tonumber(ARGV[4])
-local stats = redis.call('HMGET', K_STATS, 'f', 'r', 'fallback_total', 'deferrals', 'tenants')
+local stats = redis.call(
+  'HMGET', K_STATS, 'f', 'r', 'fallback_total', 'deferrals', 'tenants', 'rate_waits')
 local fallback = redis.call('HMGET', tenant_key(FALLBACK), 'f', 'r')
 
 local oldest = ''
@@ -19,19 +20,50 @@ local tenants = {}
 local aged = redis.call('ZRANGE', K_AGE, 0, top_n - 1, 'WITHSCORES')
 for i = 1, #aged, 2 do
   local t = aged[i]
-  local row = redis.call('HMGET', tenant_key(t), 'f', 'r', 'd', 'i', 'w')
+  local row = redis.call('HMGET', tenant_key(t), 'f', 'r', 'd', 'i', 'w', 'rr')
   local paused = 0
   if is_paused(t) then paused = 1 end
-  tenants[#tenants + 1] = {t, aged[i + 1], row[1], row[2], row[3], row[4], row[5], paused}
+  -- Rate-limited: out of the turn order until its next token, or no token ready now.
+  local limited = 0
+  if is_asleep(t) or (num(row[6]) > 0 and rates().tokens('t' .. t, num(row[6])) <= 0) then
+    limited = 1
+  end
+  tenants[#tenants + 1] = {
+    t, aged[i + 1], row[1], row[2], row[3], row[4], row[5], paused, row[6] or '', limited,
+  }
 end
 
 local endpoints = {}
-local busiest = redis.call('ZREVRANGE', K_BUSY, 0, top_n - 1, 'WITHSCORES')
-for i = 1, #busiest, 2 do
-  local e = busiest[i]
-  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri')
+local listed = {}
+local function endpoint_row(e, in_flight)
+  listed[e] = true
+  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
   local parked = redis.call('ZCARD', park_key(e, 'f')) + redis.call('ZCARD', park_key(e, 'r'))
-  endpoints[#endpoints + 1] = {e, busiest[i + 1], cfg[1], cfg[2], cfg[3], parked}
+  local hold = score_of(K_HOLD, e)
+  if hold and hold <= NOW then hold = nil end
+  local limited = 0
+  if rates().tokens('e' .. e, num(cfg[4]), hold) <= 0 then limited = 1 end
+  endpoints[#endpoints + 1] = {
+    e, in_flight, cfg[1], cfg[2], cfg[3], parked, cfg[4] or '',
+    hold and string.format('%.6f', hold) or '', limited,
+  }
+end
+local busiest = redis.call('ZREVRANGE', K_BUSY, 0, top_n - 1, 'WITHSCORES')
+for i = 1, #busiest, 2 do endpoint_row(busiest[i], busiest[i + 1]) end
+-- Then up to top_n endpoints that a pause or a rate holds back (they may have nothing in
+-- flight, so the busiest list would miss them): paused ones first, soonest resuming first.
+local extra = 0
+local sources = {{K_HOLD, string.format('(%.6f', NOW)}, {K_DUE, '-inf'}}
+for _, source in ipairs(sources) do
+  local members = redis.call('ZRANGEBYSCORE', source[1], source[2], '+inf', 'LIMIT', 0, top_n)
+  for _, member in ipairs(members) do
+    local e = member
+    if source[1] == K_DUE then e = string.match(member, '^e(.+)$') end
+    if e and not listed[e] and extra < top_n then
+      extra = extra + 1
+      endpoint_row(e, redis.call('ZSCORE', K_BUSY, e) or '0')
+    end
+  end
 end
 
 -- Tenants whose oldest queued delivery is at most `bound` seconds old (cumulative).

@@ -1,0 +1,219 @@
+"""The three scenarios: who sends what, when, to which endpoints, on how many workers.
+
+Each `build_*` creates the tenants and endpoints of one run in the (just emptied)
+database and returns the traffic plan with what the runner needs to know about it.
+Sizes default to what this 2-core machine drains in about a minute; docs/BENCHMARKS.md
+("Simulation") gives the reasoning.
+"""
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from delivery.simulation.receiver import Receiver
+from delivery.simulation.traffic import Planned, Sender
+from tenants.models import Endpoint, Tenant
+from webhooks.models import Source
+
+SCENARIOS = ("flood", "slow-endpoints", "retry-storm")
+NO_CAP = 1000  # the most Endpoint.max_in_flight allows: "no cap" for the baselines
+
+# Per-scenario defaults of the knobs the command exposes (None on the command line).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "flood": {
+        "workers": 2,
+        "slots": 16,
+        "seconds": 25.0,  # the loud tenant sends for this long, faster than it drains
+        "loud_events": 40_000,
+        "quiet_tenants": 200,
+        "quiet_events": 3,
+        "quiet_seconds": 45.0,  # quiet tenants send during this window from the start
+        "cap": 64,  # generous: more than all slots, so the cap never paces the flood
+    },
+    "slow-endpoints": {
+        "workers": 2,
+        "slots": 100,  # 200 slots in all, as in the seed's arithmetic
+        "seconds": 30.0,
+        "endpoints": 200,
+        "hung": 40,
+        "endpoint_timeout": 3,  # the seed's 30 s, scaled down 10x
+        "rate": 1.0,  # events per second per endpoint
+        "cap": 2,  # the platform's default max_in_flight
+    },
+    "retry-storm": {
+        "workers": 2,
+        "slots": 32,
+        "seconds": 40.0,
+        "tenants": 50,  # other tenants, each with its own healthy endpoint
+        "rate": 1.0,  # events per second per other tenant
+        "storm_rate": 40.0,  # events per second to the large endpoint
+        "outage_start": 5.0,
+        "outage_seconds": 20.0,
+        "service_ms": 20.0,  # the large endpoint's time per request
+        "cap": 4,
+        "retry_cap": 1,  # the platform's default retry_max_in_flight
+        "retry_schedule": "1,2,4,8,16",
+    },
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: `mode` is SCHEDULER_MODE; `caps` False raises every cap to NO_CAP;
+    `hang` False makes the hung endpoints answer (the no-hang reference)."""
+
+    label: str
+    mode: str = "fair"
+    caps: bool = True
+    hang: bool = True
+
+
+@dataclass
+class Setup:
+    plan: list[Planned]
+    expected: int  # successful deliveries that end the run
+    worker_env: dict[str, str] = field(default_factory=dict)
+    hung_endpoints: list[int] = field(default_factory=list)  # in_flight sampled from Redis
+    outage: tuple[float, float] | None = None  # storm: seconds after the start
+    bounds: dict[str, float] = field(default_factory=dict)  # caps the report checks against
+
+
+def runs_for(scenario: str, scheduler: str, no_caps: bool, compare: bool) -> list[RunSpec]:
+    if not compare:
+        label = scheduler + ("+no-caps" if no_caps else "")
+        return [RunSpec(label, scheduler, caps=not no_caps)]
+    if scenario == "flood":
+        return [RunSpec("fair"), RunSpec("fifo", "fifo")]
+    if scenario == "slow-endpoints":
+        return [RunSpec("fair"), RunSpec("no-caps", caps=False), RunSpec("no-hang", hang=False)]
+    return [RunSpec("fair"), RunSpec("no-caps", caps=False)]
+
+
+def _tenants(keys: list[str]) -> list[Tenant]:
+    return Tenant.objects.bulk_create([Tenant(key=key, name=key) for key in keys])
+
+
+def _endpoints(
+    receiver: Receiver, tenants: list[Tenant], kinds: list[str], cap: int, retry_cap: int, **extra
+) -> list[Endpoint]:
+    rows = [
+        Endpoint(
+            tenant=tenant,
+            url=receiver.url(kind, tenant.key, "0"),
+            max_in_flight=cap,
+            retry_max_in_flight=retry_cap,
+            **extra,
+        )
+        for tenant, kind in zip(tenants, kinds, strict=True)
+    ]
+    return Endpoint.objects.bulk_create(rows)
+
+
+def _steady(sender: Sender, rate: float, seconds: float, rng: random.Random) -> list[Planned]:
+    """`rate` events a second for `seconds`, evenly spaced from a random phase."""
+    if rate <= 0:
+        return []
+    phase = rng.uniform(0, 1 / rate)
+    return [Planned(phase + n / rate, sender) for n in range(int((seconds - phase) * rate) + 1)]
+
+
+def build_flood(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> Setup:
+    """One loud tenant sends evenly over the flood; each quiet tenant sends a few events
+    at random moments during it. One shared destination (the gateway case), or with
+    own_endpoints each tenant's own."""
+    rng = random.Random(o["seed"])
+    cap = o["cap"] if spec.caps else NO_CAP
+    tenants = _tenants(["loud", *(f"quiet-{n:04d}" for n in range(o["quiet_tenants"]))])
+    if o["own_endpoints"]:
+        _endpoints(receiver, tenants, ["ok"] * len(tenants), cap, cap)
+        source = None
+    else:
+        shared = Endpoint.objects.create(
+            tenant=None,
+            url=receiver.url("ok", "shared", "0"),
+            max_in_flight=cap,
+            retry_max_in_flight=cap,
+        )
+        source = Source.objects.create(
+            slug="simulate-gateway", scheme=Source.NONE, fairness_key="body.shop_id"
+        )
+        source.destinations.add(shared)
+    loud = Sender(tenants[0], "loud", source)
+    seconds, count = o["seconds"], o["loud_events"]
+    plan = [Planned(seconds * n / count, loud) for n in range(count)]
+    for tenant in tenants[1:]:
+        quiet = Sender(tenant, "quiet", source)
+        window = o["quiet_seconds"]
+        plan += [Planned(rng.uniform(0, window), quiet) for _ in range(o["quiet_events"])]
+    return Setup(plan, expected=len(plan))
+
+
+def build_slow_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> Setup:
+    """E tenants, one endpoint each; H of them hang until the endpoint's timeout (in the
+    no-hang reference they answer like the rest). Every endpoint gets the same steady
+    traffic, and the platform's own retry schedule applies."""
+    rng = random.Random(o["seed"])
+    cap = o["cap"] if spec.caps else NO_CAP
+    tenants = _tenants([f"shop-{n:04d}" for n in range(o["endpoints"])])
+    hung = set(rng.sample(range(len(tenants)), o["hung"]))
+    kinds = ["hang" if n in hung and spec.hang else "ok" for n in range(len(tenants))]
+    retry_cap = 1 if spec.caps else NO_CAP  # the platform's default retry_max_in_flight
+    endpoints = _endpoints(
+        receiver, tenants, kinds, cap, retry_cap, timeout_seconds=o["endpoint_timeout"]
+    )
+    plan: list[Planned] = []
+    expected = 0
+    for n, tenant in enumerate(tenants):
+        events = _steady(
+            Sender(tenant, "hung" if n in hung else "healthy"), o["rate"], o["seconds"], rng
+        )
+        plan += events
+        expected += len(events) if kinds[n] == "ok" else 0
+    return Setup(
+        plan,
+        expected,
+        hung_endpoints=[endpoints[n].pk for n in sorted(hung)] if spec.hang else [],
+        bounds={"hung_slots": o["hung"] * cap} if spec.caps and spec.hang else {},
+    )
+
+
+def build_retry_storm(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> Setup:
+    """A large tenant's endpoint goes down (503) for a while and comes back; its failed
+    deliveries pile up as retries. Other tenants keep sending to healthy endpoints."""
+    rng = random.Random(o["seed"])
+    cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
+    big, *others = _tenants(["large", *(f"shop-{n:04d}" for n in range(o["tenants"]))])
+    _endpoints(receiver, [big], ["storm"], cap, retry_cap)
+    other_cap = 2 if spec.caps else NO_CAP  # the platform's default caps
+    _endpoints(receiver, others, ["ok"] * len(others), other_cap, 1 if spec.caps else NO_CAP)
+    plan = _steady(Sender(big, "large"), o["storm_rate"], o["seconds"], rng)
+    for tenant in others:
+        plan += _steady(Sender(tenant, "other"), o["rate"], o["seconds"], rng)
+    start = o["outage_start"]
+    service = max(o["service_ms"], 1e-3) / 1000
+    return Setup(
+        plan,
+        expected=len(plan),
+        worker_env={
+            "RETRY_SCHEDULE_SECONDS": o["retry_schedule"],
+            # The endpoint must survive its outage: by default 100 straight failures
+            # disable it, and its deliveries would be held rather than retried.
+            "ENDPOINT_DISABLE_AFTER_FAILURES": "100000000",
+        },
+        outage=(start, start + o["outage_seconds"]),
+        bounds={
+            "max_in_flight": cap,
+            "retry_max_in_flight": retry_cap,
+            "rate_bound_per_s": cap / service,
+            "retry_rate_bound_per_s": retry_cap / service,
+        }
+        if spec.caps
+        else {},
+    )
+
+
+BUILDERS = {
+    "flood": build_flood,
+    "slow-endpoints": build_slow_endpoints,
+    "retry-storm": build_retry_storm,
+}

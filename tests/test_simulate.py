@@ -1,0 +1,88 @@
+"""`manage.py simulate` keeps working: each scenario end to end at a tiny size.
+
+Real worker subprocesses, real Redis (a database simulate picks for itself, never the
+tests' own), a temporary SQLite database and the simulation's own receiver. The sizes
+prove the plumbing and the report, not the platform's speed: docs/BENCHMARKS.md has
+the full-size figures.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from delivery.simulation.report import FIGURES
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--workers", "1", "--slots", "8", "--timeout", "60"]
+
+
+def simulate(*args: str, tmp_path: Path) -> dict:
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "simulate", *args, *TINY, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_flood_compare_reports_both_schedulers_and_draws_them(tmp_path: Path) -> None:
+    plot = tmp_path / "flood.svg"
+    figures = simulate(
+        "flood",
+        "--compare",
+        *("--loud-events", "300", "--quiet-tenants", "5", "--quiet-events", "2"),
+        *("--seconds", "0.5", "--quiet-seconds", "1", "--plot", str(plot)),
+        tmp_path=tmp_path,
+    )
+    assert set(figures["runs"]) == {"fair", "fifo"}
+    for run in figures["runs"].values():
+        assert set(FIGURES) <= set(run)
+        assert run["delivered"] == 310
+        assert run["quiet_p99_ms"] is not None and run["loud_done_s"] > 0
+        assert run["deliveries_per_s"] > 0
+    assert [goal["goal"] for goal in figures["goals"]] == [">= 100", ">= 0.9"]
+    assert plot.read_text().startswith("<svg") and "fifo, quiet tenants" in plot.read_text()
+
+
+@pytest.mark.slow
+def test_slow_endpoints_hung_ones_hold_no_more_than_their_caps(tmp_path: Path) -> None:
+    figures = simulate(
+        "slow-endpoints",
+        *("--endpoints", "6", "--hung", "2", "--endpoint-timeout", "1"),
+        *("--rate", "4", "--seconds", "2"),
+        tmp_path=tmp_path,
+    )
+    run = figures["runs"]["fair"]
+    assert run["groups"]["healthy"]["missing"] == 0
+    assert run["healthy_p99_ms"] is not None
+    assert 0 < run["hung_slots_max"] <= 2 * 2  # hung endpoints x the default cap of 2
+    assert run["hung_open_requests_max"] <= 2 * 2
+
+
+@pytest.mark.slow
+def test_retry_storm_retries_stay_within_the_retry_cap(tmp_path: Path) -> None:
+    figures = simulate(
+        "retry-storm",
+        *("--tenants", "3", "--storm-rate", "20", "--service-ms", "5"),
+        *("--outage-start", "0.5", "--outage-seconds", "1.5", "--seconds", "3"),
+        tmp_path=tmp_path,
+    )
+    run = figures["runs"]["fair"]
+    assert run["groups"]["large"]["missing"] == 0
+    assert run["storm_peak_retry_rps_after_recovery"] > 0  # the outage left retries behind
+    assert run["storm_retry_open_max"] == 1  # retry_max_in_flight
+    assert run["storm_open_max"] <= 4  # max_in_flight
+
+
+def test_a_knob_of_another_scenario_is_refused() -> None:
+    with pytest.raises(CommandError, match="--hung does not apply to flood"):
+        call_command("simulate", "flood", "--hung", "3")
