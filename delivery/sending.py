@@ -181,14 +181,29 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
             logger.warning("recording %d deliveries failed, retrying: %s", len(finished), exc)
             close_old_connections()
             time.sleep(RECORD_RETRY_SECONDS)
-    acks = [item.lease for item in finished if item.sent is None]
+    # Acks are counted by outcome in Redis (the /metrics counters): one call per outcome.
+    acks: dict[str, list[Lease]] = {}
+    for item in finished:
+        if item.sent is None:
+            acks.setdefault("held" if item.held is not None else "stale", []).append(item.lease)
     for item, outcome in zip(attempted, recorded, strict=True):
         if outcome.status == Delivery.RETRY_SCHEDULED and outcome.next_attempt_at is not None:
             scheduler.retry_later(item.lease, outcome.next_attempt_at.timestamp())
+            _pause_if_asked(item.sent, scheduler)
         else:
-            acks.append(item.lease)
+            acks.setdefault(outcome.status, []).append(item.lease)
         if outcome.status != Delivery.DELIVERED:
             reason = item.sent.decision.reason
             logger.info("delivery %s: %s (%s)", item.lease.delivery_id, outcome.status, reason)
-    scheduler.ack(acks)
+    for outcome_name, leases in acks.items():
+        scheduler.ack(leases, outcome=outcome_name)
     return [outcome.status for outcome in recorded]
+
+
+def _pause_if_asked(sent: records.Sent, scheduler: Scheduler) -> None:
+    """A 429 or 503 with Retry-After pauses the whole endpoint, not just this delivery:
+    its other queued work would only hit the same wall."""
+    wait = sent.result.retry_after_seconds
+    if sent.result.status_code in (429, 503) and wait:
+        wait = min(wait, settings.RETRY_AFTER_MAX_SECONDS)
+        scheduler.pause_endpoint(sent.delivery.endpoint_id, time.time() + wait)

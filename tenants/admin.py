@@ -60,6 +60,7 @@ class EndpointForm(forms.ModelForm):
             "event_types",
             "max_in_flight",
             "retry_max_in_flight",
+            "rate_limit_per_second",
             "timeout_seconds",
             "enabled",
             "disabled_reason",

@@ -74,3 +74,18 @@ def test_endpoint_secret_must_be_a_standard_webhooks_secret(staff_client) -> Non
     secret = EndpointSecret(endpoint=make_endpoint(None), secret="whsec_not base64!")
     with pytest.raises(ValidationError, match="Standard Webhooks"):
         secret.full_clean()
+
+
+def test_rates_are_editable_and_reach_the_scheduler(staff_client) -> None:
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant, "https://example.com/hook")
+    url = reverse("admin:tenants_endpoint_change", args=[endpoint.pk])
+    page = staff_client.get(url).content.decode()
+    assert "rate_limit_per_second" in page
+    endpoint.rate_limit_per_second = 5
+    endpoint.save()
+    publish(tenant, "x", {})
+    scheduler = get_scheduler()
+    assert len(scheduler.pick("w", 1).leases) == 1  # in flight: listed among the busiest endpoints
+    [row] = scheduler.snapshot().endpoints
+    assert (row.endpoint_id, row.rate_per_second) == (endpoint.pk, 5.0)

@@ -188,3 +188,30 @@ def test_graceful_stop_finishes_the_request_in_flight(engine) -> None:
         assert wait_until(lambda: bool(running.in_flight()))
         assert running.stop(graceful=True, timeout=10) is True
     assert statuses() == {Delivery.DELIVERED: 1}
+
+
+def test_outcomes_are_counted_for_the_metrics(engine) -> None:
+    with Recorder(Reply(200)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        for i in range(3):
+            publish(tenant, "x", {"i": i})
+        engine()
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 3})
+    assert wait_until(lambda: get_scheduler().counters().get("delivered") == 3)
+
+
+def test_retry_after_on_a_429_pauses_the_whole_endpoint(engine) -> None:
+    with Recorder(Reply(429, headers={"Retry-After": "3"}), Reply(200)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        for i in range(3):
+            publish(tenant, "x", {"i": i})
+        engine(slots=1)
+        receiver.wait_for(1)
+        paused_at = time.monotonic()
+        requests = receiver.wait_for(4, timeout=20)
+    # The endpoint's other queued work also waited for the Retry-After, not just the 429'd
+    # one; at most the delivery already picked while the 429 was being recorded slips by.
+    assert requests[2].arrived_at - paused_at >= 2.5
+    assert statuses() == {Delivery.DELIVERED: 3}
