@@ -177,10 +177,12 @@ class DeliveryEngine:
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         if not picked.leases:
+            if picked.wait_seconds <= 0:
+                # The pick spent its budget parking lanes: more may be ready at once.
+                self._stopping.wait(0.005)
+                return
             try:
-                self.scheduler.wait(
-                    min(picked.wait_seconds or IDLE_WAIT_SECONDS, IDLE_WAIT_SECONDS)
-                )
+                self.scheduler.wait(min(picked.wait_seconds, IDLE_WAIT_SECONDS))
             except redis.RedisError as exc:
                 logger.warning("scheduler unavailable: %s", exc)
                 self._stopping.wait(ERROR_BACKOFF_SECONDS)
