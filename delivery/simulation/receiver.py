@@ -7,16 +7,16 @@ path says how to answer and whose delivery it is:
 
     /ok/<tenant>/<endpoint>      200 at once
     /hang/<tenant>/<endpoint>    never answers; the client's deadline ends the request
-    /storm/<tenant>/<endpoint>   after service_ms: 503 while "down" (with a Retry-After
-                                 naming the announced recovery, as a maintenance page
-                                 would), 200 once it is back
+    /storm/<tenant>/<endpoint>   after service_ms: 503 while "down" (an outage; or, told
+                                 so, with a Retry-After naming the announced recovery,
+                                 as a maintenance page would), 200 once it is back
 
 Each request is recorded as (webhook-id, path, arrival time, status, retry). `retry` is
 1 when the same webhook-id already reached a storm path: the receiver tells a platform's
 retry from a first attempt the way a real one could, by the id.
 
 Control requests (the runner's): GET /__stats, GET /__records, POST /__reset,
-POST /__down, POST /__up. Run with `python -m delivery.simulation.receiver SERVICE_MS`;
+POST /__down?until=UNIX_TIME[&retry_after=1] (up again at that time). Run with `python -m delivery.simulation.receiver SERVICE_MS`;
 it prints its port, then serves until killed.
 """
 
@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from subprocess import PIPE, Popen
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-DOWN = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 4\r\n\r\ndown"
+DOWN = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown"
+MAINTENANCE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 4\r\n\r\ndown"
+)
 KINDS = ("ok", "hang", "storm", "storm_retry")
 
 
@@ -39,6 +42,7 @@ KINDS = ("ok", "hang", "storm", "storm_retry")
 class State:
     service_ms: float
     down_until: float = 0.0  # the storm endpoint answers 503 until this time
+    retry_after: bool = False  # ...with a Retry-After pointing at that time
     records: list[tuple[str, str, float, int, int]] = field(default_factory=list)
     seen_storm: set[str] = field(default_factory=set)
     open: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
@@ -47,6 +51,7 @@ class State:
 
     def reset(self) -> None:
         self.down_until = 0.0
+        self.retry_after = False
         self.records.clear()
         self.seen_storm.clear()
         self.statuses.clear()
@@ -111,8 +116,10 @@ class Protocol(asyncio.Protocol):
         if kind != "storm":
             transport.write(OK)
             return
-        # Retry-After in whole seconds, rounded up: no retry is due before the recovery.
-        reply = OK if status == 200 else DOWN % math.ceil(state.down_until - now)
+        reply = OK if status == 200 else DOWN
+        if status != 200 and state.retry_after:
+            # In whole seconds, rounded up: nothing is due before the recovery.
+            reply = MAINTENANCE % math.ceil(state.down_until - now)
         self._hold("storm_retry" if retry else "storm")
         if state.service_ms <= 0:
             self._finish(reply)  # open for an instant, still counted in the maxima
@@ -152,7 +159,9 @@ class Protocol(asyncio.Protocol):
         elif path == "/__reset":
             state.reset()
         elif path.startswith("/__down?until="):
-            state.down_until = float(path.partition("=")[2])
+            query = dict(part.split("=", 1) for part in path.partition("?")[2].split("&"))
+            state.down_until = float(query["until"])
+            state.retry_after = query.get("retry_after") == "1"
         return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
@@ -210,9 +219,9 @@ class Receiver:
     def reset(self) -> None:
         self._call("/__reset", "POST")
 
-    def down_until(self, until: float) -> None:
+    def down_until(self, until: float, *, retry_after: bool = False) -> None:
         """The storm endpoint answers 503 until `until` (a Unix time), then 200."""
-        self._call(f"/__down?until={until:.3f}", "POST")
+        self._call(f"/__down?until={until:.3f}&retry_after={int(retry_after)}", "POST")
 
     def close(self) -> None:
         self.process.terminate()

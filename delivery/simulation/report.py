@@ -187,6 +187,9 @@ def _storm(seen: Observed) -> dict[str, Any]:
     return {
         "storm_peak_rps_after_recovery": max(after.values(), default=0),
         "storm_peak_retry_rps_after_recovery": max(after_retries.values(), default=0),
+        "storm_requests_during_outage": sum(
+            1 for r in seen.records if r[1].startswith("/storm/") and start <= r[2] < end
+        ),
         "storm_open_max": seen.receiver_open_max.get("storm", 0),
         "storm_retry_open_max": seen.receiver_open_max.get("storm_retry", 0),
         # The last retry to reach it: when the backlog of the outage was worked off.

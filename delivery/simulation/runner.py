@@ -146,7 +146,9 @@ def _drive(
             if publisher.error is not None:
                 raise RuntimeError("publishing failed") from publisher.error
             if setup.outage and not outage_set and elapsed >= setup.outage[0]:
-                receiver.down_until(publisher.started_at + setup.outage[1])
+                receiver.down_until(
+                    publisher.started_at + setup.outage[1], retry_after=options["retry_after"]
+                )
                 outage_set = True
             stats = receiver.stats()
             ok = stats["statuses"].get("200", 0)

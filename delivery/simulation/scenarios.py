@@ -52,7 +52,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "service_ms": 20.0,  # the large endpoint's time per request
         "cap": 4,
         "retry_cap": 1,  # the platform's default retry_max_in_flight
-        "retry_schedule": "1,2,4,8,16",
+        # Backing off to every 4 s: during the outage the retries keep coming, more and
+        # more of them, and the last ones are due within seconds of the recovery.
+        "retry_schedule": "1,2,4,4,4,4,4,4,4,4,4,4",
     },
 }
 
@@ -179,7 +181,9 @@ def build_slow_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -
 
 def build_retry_storm(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> Setup:
     """A large tenant's endpoint goes down (503) for a while and comes back; its failed
-    deliveries pile up as retries. Other tenants keep sending to healthy endpoints."""
+    deliveries pile up as retries. Other tenants keep sending to healthy endpoints.
+    With retry_after the 503s carry a Retry-After naming the recovery (a maintenance
+    page): the platform then holds the endpoint's work until then instead of retrying."""
     rng = random.Random(o["seed"])
     cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
     big, *others = _tenants(["large", *(f"shop-{n:04d}" for n in range(o["tenants"]))])

@@ -37,6 +37,7 @@ SCENARIO_ROWS: dict[str, list[tuple[str, str]]] = {
         ("events to hung endpoints (never answered)", "groups.hung.events"),
     ],
     "retry-storm": [
+        ("large endpoint: requests while it was down", "storm_requests_during_outage"),
         ("large endpoint: peak requests/s after recovery", "storm_peak_rps_after_recovery"),
         ("  of which retries, peak/s", "storm_peak_retry_rps_after_recovery"),
         ("large endpoint: open requests, max", "storm_open_max"),

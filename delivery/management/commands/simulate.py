@@ -156,7 +156,13 @@ class Command(BaseCommand):
         storm.add_argument("--service-ms", type=float, help="its time per request (default 20)")
         storm.add_argument("--retry-cap", type=int, help="its retry_max_in_flight (default 1)")
         storm.add_argument(
-            "--retry-schedule", help="RETRY_SCHEDULE_SECONDS of the workers (default 1,2,4,8,16)"
+            "--retry-after",
+            action="store_true",
+            help="its 503s carry a Retry-After naming the recovery (a maintenance page), so the platform holds its work instead of retrying",
+        )
+        storm.add_argument(
+            "--retry-schedule",
+            help="RETRY_SCHEDULE_SECONDS of the workers (default 1,2,4,4,4,4,4,4,4,4,4,4)",
         )
         out = parser.add_argument_group("where")
         out.add_argument(
@@ -227,6 +233,8 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         raise CommandError(f"{names} does not apply to {scenario}")
     if raw["own_endpoints"] and scenario != "flood":
         raise CommandError("--own-endpoints applies to flood only")
+    if raw["retry_after"] and scenario != "retry-storm":
+        raise CommandError("--retry-after applies to retry-storm only")
     options = {
         key: raw[key] if raw.get(key) is not None else value for key, value in defaults.items()
     }
@@ -241,6 +249,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         rounds=max(1, raw["rounds"]),
         timeout=raw["timeout"],
         own_endpoints=raw["own_endpoints"],
+        retry_after=raw["retry_after"],
         command=" ".join(["manage.py", "simulate", *sys.argv[2:]]) if len(sys.argv) > 1 else "",
     )
     if options["compare"] and (options["scheduler"] != "fair" or options["no_caps"]):
