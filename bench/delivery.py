@@ -678,6 +678,9 @@ def report(rounds: list[dict], opts, database_url: str) -> dict:
     for index, r in enumerate(rounds):
         line = ", ".join(f"{m} {r[m]['per_s']:.0f}/s" for m in modes)
         if "ours" in r:
+            for other in ("bare", "rq"):
+                if other in r:
+                    line += f"; ours/{other} {r['ours']['per_s'] / r[other]['per_s']:.2f}"
             line += f"; ours made {r['ours']['attempts']} attempts"
             line += f", {r['ours']['duplicates']} duplicate requests"
         print(f"round {index + 1}: {line}")

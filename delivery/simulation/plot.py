@@ -173,7 +173,7 @@ def _rate_panel(top: float, runs: dict[str, dict]) -> tuple[list[str], float]:
         out.append(
             f'<rect x="{x0:.1f}" y="{y_top:.1f}" width="{x1 - x0:.1f}" height="{PLOT_HEIGHT}" fill="#fbe3e3"/>'
         )
-        out.append(_text(x0 + 4, y_top + 14, "down: 503 + Retry-After", 11))
+        out.append(_text(x0 + 4, y_top + 14, "down (503)", 11))
     for tick in range(0, int(peak) + 1, max(1, int(peak) // 5)):
         out += [
             _line(LEFT, y_of(tick), RIGHT, y_of(tick)),
