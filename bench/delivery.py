@@ -432,11 +432,11 @@ def wait_registered(redis_client, count: int, workers: Workers) -> None:
 
 
 class Probe:
-    """Machine-wide CPU use (from /proc/stat) and Redis's own CPU over one mode's run."""
+    """Machine-wide CPU use (from /proc/stat) and the Redis server's CPU over one mode's
+    run. Both include whatever else uses the machine and the server meanwhile."""
 
     def __init__(self, redis_client) -> None:
         self.redis = redis_client
-        self.started = time.monotonic()
         self.machine = self._machine()
         self.redis_cpu = self._redis_cpu()
 
