@@ -20,7 +20,8 @@ def url_with_db(url: str, db: int) -> str:
     if parts.scheme == "unix":
         query = dict(parse_qsl(parts.query))
         query["db"] = str(db)
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        # urlunsplit would drop the empty authority and write "unix:/path": keep "unix:///path".
+        return f"unix://{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
