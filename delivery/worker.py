@@ -28,9 +28,14 @@ class DeliveryWorker(SimpleWorker):
         self.engine = DeliveryEngine(worker_id=f"rq-{self.name}")
         self._cold_stop = False
         self._maintenance_stop = threading.Event()
+        return super().work(*args, **kwargs)
+
+    def _install_signal_handlers(self) -> None:
+        # Start delivering only once SIGTERM means "warm shutdown": a signal arriving
+        # earlier would otherwise kill the process with deliveries in flight.
+        super()._install_signal_handlers()
         self.engine.start()
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
-        return super().work(*args, **kwargs)
 
     def request_force_stop(self, signum, frame):
         self._cold_stop = True
