@@ -24,6 +24,11 @@ SWEEP_LOCK_KEY = "fairhooks:maintenance:sweep-lock"
 
 
 class DeliveryWorker(SimpleWorker):
+    # After a Redis outage RQ backs off exponentially (up to 60 s by default) before it
+    # dequeues again; the sweeper that rebuilds the schedule runs as an RQ job, so keep
+    # the wait short: recovery within seconds of Redis returning, not a minute.
+    max_connection_wait_time = 5.0
+
     def work(self, *args, **kwargs) -> bool:
         self.engine = DeliveryEngine(worker_id=f"rq-{self.name}")
         self._cold_stop = False
