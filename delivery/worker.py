@@ -14,9 +14,11 @@ import threading
 
 import redis
 from django.conf import settings
+from django.db import close_old_connections
 from rq import Queue
 from rq.worker import SimpleWorker
 
+from delivery import maintenance
 from delivery.engine import DeliveryEngine
 
 logger = logging.getLogger(__name__)
@@ -68,7 +70,17 @@ class DeliveryWorker(SimpleWorker):
         queue = Queue("maintenance", connection=self.connection)
         while not self._maintenance_stop.wait(interval):
             try:
-                if self.connection.set(SWEEP_LOCK_KEY, self.name, nx=True, ex=interval):
+                if not self.connection.set(SWEEP_LOCK_KEY, self.name, nx=True, ex=interval):
+                    continue
+                if self.engine.scheduler.epoch() is None:
+                    # Redis lost the schedule: rebuild here and now rather than wait for
+                    # RQ's main loop, which may still be backing off from the same outage.
+                    maintenance.sweep()
+                else:
                     queue.enqueue("delivery.maintenance.sweep", job_timeout=300, result_ttl=600)
             except redis.RedisError as exc:
                 logger.warning("could not schedule maintenance: %s", exc)
+            except Exception:
+                logger.exception("maintenance failed; trying again next interval")
+            finally:
+                close_old_connections()
