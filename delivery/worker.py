@@ -44,6 +44,24 @@ class DeliveryWorker(SimpleWorker):
         self.engine.start()
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
 
+    # RQ's main loop quits on any Redis error outside its dequeue call (the suspension
+    # check, registry cleaning, the heartbeat after a job). A delivery worker must ride
+    # out an outage instead: skip the step, and let the dequeue back off and reconnect.
+    def check_for_suspension(self, burst: bool) -> None:
+        self._outside_an_outage("suspension check", super().check_for_suspension, burst)
+
+    def run_maintenance_tasks(self) -> None:
+        self._outside_an_outage("registry cleaning", super().run_maintenance_tasks)
+
+    def heartbeat(self, *args, **kwargs) -> None:
+        self._outside_an_outage("heartbeat", super().heartbeat, *args, **kwargs)
+
+    def _outside_an_outage(self, step: str, call, *args, **kwargs) -> None:
+        try:
+            call(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            logger.warning("Redis unavailable, skipped the %s: %s", step, exc)
+
     def request_force_stop(self, signum, frame):
         self._cold_stop = True
         return super().request_force_stop(signum, frame)

@@ -90,3 +90,22 @@ def test_schedule_lost_in_redis_is_rebuilt_from_the_database(workers, redis_conn
         workers(MAINTENANCE_INTERVAL_SECONDS="1")
         receiver.wait_for(5, timeout=30)
         assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 5}, timeout=10)
+
+
+def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:
+    """RQ quits its main loop on a Redis error outside the dequeue; ours skips the step."""
+    import redis
+
+    from delivery.worker import DeliveryWorker
+    from tests.private_redis import PrivateRedis
+
+    private_redis = PrivateRedis(tmp_path)
+    private_redis.start()
+    connection = redis.Redis.from_url(private_redis.url)
+    worker = DeliveryWorker(["default"], connection=connection)
+    private_redis.stop()
+    worker.check_for_suspension(burst=False)
+    worker.run_maintenance_tasks()
+    worker.heartbeat()
+    with pytest.raises(redis.ConnectionError):  # the outage is real, not a stub
+        connection.ping()
