@@ -33,6 +33,7 @@ from delivery.replay import replay
 from delivery.scheduler import EndpointRow, Snapshot, TenantRow
 from tenants import pacing
 from tenants.models import WEIGHT_CHOICES, Endpoint, Tenant
+from webhooks import key_hygiene
 
 OVERVIEW_TOP_N = 200
 ENDPOINTS_SHOWN = 100
@@ -244,6 +245,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "can_change_tenant": request.user.has_perm("tenants.change_tenant"),
         "can_change_endpoint": request.user.has_perm("tenants.change_endpoint"),
         "can_replay": request.user.has_perm("delivery.change_delivery"),
+        "suspended_sources": key_hygiene.suspended_sources(),
     }
     try:
         snapshot = get_scheduler().snapshot(top_n=OVERVIEW_TOP_N)

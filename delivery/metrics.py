@@ -23,6 +23,7 @@ from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Snapshot
 from delivery.scheduler.snapshot import DEFAULT_AGE_BUCKETS
 from tenants.models import Endpoint, Tenant
+from webhooks import key_hygiene
 from webhooks.models import Source
 
 logger = logging.getLogger(__name__)
@@ -182,14 +183,49 @@ class ScheduleCollector(Collector):
             "Ingested events without a usable tenant key, per source.",
             labels=["source"],
         )
-        for slug, count in Source.objects.values_list("slug", "fallback_count"):
-            fallback.add_metric([slug], count)
+        sources = list(Source.objects.all())
+        for source in sources:
+            fallback.add_metric([source.slug], source.fallback_count)
         yield fallback
+        yield from self._key_guard_metrics(sources)
         yield GaugeMetricFamily(
             "webhook_endpoints_disabled",
             "Endpoints disabled (by a 410, persistent failure or an operator).",
             value=Endpoint.objects.filter(enabled=False).count(),
         )
+
+    def _key_guard_metrics(self, sources: list[Source]) -> Iterator[Metric]:
+        """The fairness-key guard (webhooks.key_hygiene), per source, over its window."""
+        suspended = GaugeMetricFamily(
+            "webhook_source_auto_registration_suspended",
+            "1 when a source's fairness key looked unbounded and auto-registration stopped.",
+            labels=["source"],
+        )
+        registered = GaugeMetricFamily(
+            "webhook_source_tenants_registered_recent",
+            "Tenants a source registered automatically in the guard's window.",
+            labels=["source"],
+        )
+        seen = GaugeMetricFamily(
+            "webhook_source_keys_seen_recent",
+            "Distinct fairness keys a source sent in the guard's window (estimate).",
+            labels=["source"],
+        )
+        unknown = GaugeMetricFamily(
+            "webhook_source_unknown_keys_recent",
+            "Distinct keys in the window that named no tenant when they arrived (estimate).",
+            labels=["source"],
+        )
+        numbers_by_source = key_hygiene.counts(sources)
+        for source in sources:
+            slug, numbers = source.slug, numbers_by_source[source.pk]
+            suspended.add_metric([slug], 1 if source.auto_register_suspended_at else 0)
+            registered.add_metric([slug], numbers.registered)
+            if numbers.seen is not None:
+                seen.add_metric([slug], numbers.seen)
+            if numbers.unknown is not None:
+                unknown.add_metric([slug], numbers.unknown)
+        yield from (suspended, registered, seen, unknown)
 
 
 _registered = False

@@ -143,9 +143,9 @@ class TenantAdmin(admin.ModelAdmin):
         "created_at",
         "dashboard_link",
     ]
-    list_filter = ["is_active", "weight", "auto_registered"]
+    list_filter = ["is_active", "weight", "auto_registered", "registered_by"]
     search_fields = ["key", "name"]
-    readonly_fields = ["created_at", "dashboard_link"]
+    readonly_fields = ["created_at", "registered_by", "dashboard_link"]
     inlines = [EndpointInline, MembershipInline]
     actions = ["pause", "resume", "share_link"]
 

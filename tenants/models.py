@@ -45,10 +45,25 @@ class Tenant(models.Model):
     auto_registered = models.BooleanField(
         default=False, help_text="Created automatically when an unknown key arrived at ingest."
     )
+    registered_by = models.ForeignKey(
+        "webhooks.Source",
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.SET_NULL,
+        related_name="registered_tenants",
+        help_text="The source whose traffic registered this tenant automatically.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
         ordering = ["key"]
+        # The fairness-key guard counts a source's registrations in the last window.
+        indexes = [
+            models.Index(
+                fields=["registered_by", "created_at"], name="tenant_registered_recent_idx"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name or self.key

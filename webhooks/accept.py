@@ -25,6 +25,7 @@ from django.utils import timezone
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
+from webhooks import key_hygiene
 from webhooks.fairness_key import KeyResult
 from webhooks.models import Event, Source, SourceSecret
 
@@ -107,15 +108,23 @@ def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
     if key.value is None:
         return None, key.missing_reason or "no fairness key configured"
     tenant = tenant_by_key(key.value)
+    key_hygiene.note_key(source, key.value, known=tenant is not None)
     if tenant is not None:
         return tenant, ""
-    if source.auto_register_tenants:
-        tenant, _ = Tenant.objects.get_or_create(
-            key=key.value,
-            defaults={"name": key.value[:TENANT_NAME_LENGTH], "auto_registered": True},
-        )
-        return tenant, ""
-    return None, "unknown tenant key (auto-registration is off for this source)"
+    if not source.auto_register_tenants:
+        return None, "unknown tenant key (auto-registration is off for this source)"
+    allowed, reason = key_hygiene.may_register(source)
+    if not allowed:
+        return None, reason
+    tenant, _ = Tenant.objects.get_or_create(
+        key=key.value,
+        defaults={
+            "name": key.value[:TENANT_NAME_LENGTH],
+            "auto_registered": True,
+            "registered_by": source,
+        },
+    )
+    return tenant, ""
 
 
 def destinations_for(

@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from tenants.admin import MaskedSecretInline
+from webhooks import key_hygiene
 from webhooks.models import ApiToken, Event, Source, SourceSecret
 
 
@@ -19,6 +20,7 @@ class SourceAdmin(admin.ModelAdmin):
         "scheme",
         "fairness_key",
         "auto_register_tenants",
+        "key_guard",
         "is_active",
         "fallback_count",
         "ingest_url",
@@ -27,12 +29,72 @@ class SourceAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     filter_horizontal = ["destinations"]
-    readonly_fields = ["fallback_count", "created_at"]
+    readonly_fields = ["key_guard_detail", "fallback_count", "created_at"]
     inlines = [SourceSecretInline]
+    actions = ["resume_auto_registration"]
 
     @admin.display(description="Ingest URL")
     def ingest_url(self, obj: Source) -> str:
         return f"/ingest/{obj.slug}/"
+
+    @admin.display(description="Key guard")
+    def key_guard(self, obj: Source) -> str:
+        if obj.auto_register_suspended_at:
+            return format_html(
+                '<strong style="color:#ba2121">auto-registration suspended</strong>'
+                "<br><small>{}</small>",
+                obj.auto_register_suspended_reason,
+            )
+        return "ok"
+
+    @admin.display(description="Fairness-key guard")
+    def key_guard_detail(self, obj: Source) -> str:
+        if not obj.pk:
+            return "-"
+        numbers = key_hygiene.counts([obj])[obj.pk]
+        unknown = "unavailable (Redis)" if numbers.unknown is None else f"{numbers.unknown:,}"
+        seen = "unavailable (Redis)" if numbers.seen is None else f"{numbers.seen:,}"
+        state = (
+            format_html(
+                '<strong style="color:#ba2121">Auto-registration suspended since {}:</strong> '
+                "{}. New keys use the fallback lane (their events are still delivered). It "
+                "resumes by itself after a quiet {}, or use the action "
+                '"Resume auto-registration" once the key is fixed.<br>',
+                obj.auto_register_suspended_at.strftime("%Y-%m-%d %H:%M %Z"),
+                obj.auto_register_suspended_reason,
+                key_hygiene.window_phrase(),
+            )
+            if obj.auto_register_suspended_at
+            else ""
+        )
+        return format_html(
+            "{}In the last {}: {} distinct keys seen, {} of them unknown; {} tenants "
+            "registered (limit {}).",
+            state,
+            key_hygiene.window_phrase(),
+            seen,
+            unknown,
+            f"{numbers.registered:,}",
+            f"{numbers.limit:,}",
+        )
+
+    @admin.action(description="Resume auto-registration (after fixing the fairness key)")
+    def resume_auto_registration(self, request, queryset) -> None:
+        resumed = 0
+        for source in queryset.exclude(auto_register_suspended_at=None):
+            key_hygiene.resume(source, by=f"operator {request.user}")
+            resumed += 1
+        messages.info(request, f"Auto-registration resumed for {resumed} source(s).")
+
+    def changelist_view(self, request, extra_context=None):
+        # On GET only: after an action's POST the redirect would show them twice.
+        for source in key_hygiene.suspended_sources() if request.method == "GET" else ():
+            messages.warning(
+                request,
+                f"Source {source.slug}: auto-registration suspended "
+                f"({source.auto_register_suspended_reason}). Its new keys use the fallback lane.",
+            )
+        return super().changelist_view(request, extra_context)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

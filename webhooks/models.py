@@ -58,6 +58,27 @@ class Source(models.Model):
         default=False,
         help_text="Create a tenant for an unknown key (default weight) instead of using the fallback lane.",
     )
+    auto_register_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Guard against a key that is not a tenant (e.g. an order id): at most this many "
+        "tenants registered per window (AUTO_REGISTER_WINDOW_SECONDS, an hour by default); "
+        "beyond it auto-registration is suspended and new keys use the fallback lane. "
+        "Empty: the platform default (AUTO_REGISTER_LIMIT).",
+    )
+    auto_register_suspended_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Set when the guard suspended auto-registration: the key looked unbounded.",
+    )
+    auto_register_suspended_reason = models.CharField(max_length=200, blank=True, editable=False)
+    auto_register_resumed_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The guard counts registrations from here (or one window back, if later).",
+    )
     destinations = models.ManyToManyField(
         Endpoint,
         blank=True,

@@ -193,6 +193,10 @@ ALLOW_PRIVATE_DESTINATIONS = env_bool("ALLOW_PRIVATE_DESTINATIONS", False)
 INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 INGEST_TIMESTAMP_TOLERANCE_SECONDS = env_int("INGEST_TIMESTAMP_TOLERANCE_SECONDS", 300, minimum=1)
 PUBLISH_MAX_BATCH = env_int("PUBLISH_MAX_BATCH", 500, minimum=1, maximum=10_000)
+# The fairness-key guard (webhooks.key_hygiene): a source that registers more tenants than
+# this per window is keyed on something unbounded; its auto-registration is suspended.
+AUTO_REGISTER_LIMIT = env_int("AUTO_REGISTER_LIMIT", 1000, minimum=1)
+AUTO_REGISTER_WINDOW_SECONDS = env_int("AUTO_REGISTER_WINDOW_SECONDS", 3600, minimum=1)
 
 # Observability.
 METRICS_TOP_N = env_int("METRICS_TOP_N", 20, minimum=1, maximum=1000)

@@ -1,0 +1,233 @@
+"""The fairness-key guard: notice when a source's key does not name tenants at all.
+
+A fairness key should name a customer (a shop domain). Keyed on a resource id instead
+(an order id), every event names a "new tenant": with auto-registration on, the tenants
+table grows without bound and every event gets a lane of its own, so turns stop meaning
+anything. Per source and per window (AUTO_REGISTER_WINDOW_SECONDS, an hour by default) we
+count:
+
+- distinct keys seen, and distinct keys that named no tenant (HyperLogLogs in Redis:
+  about 1% error, a few KB per bucket, one pipelined round trip per ingested event);
+- tenants registered (the database: exact, and it survives a Redis loss).
+
+When a source's registrations in the window reach its limit (Source.auto_register_limit,
+else AUTO_REGISTER_LIMIT), auto-registration is suspended for it: its unknown keys go to
+the fallback lane (delivered as usual, never dropped), the admin warns, and the metric
+`webhook_source_auto_registration_suspended` is 1. It resumes on its own once the source
+has been suspended for a whole window and fewer than half its limit of unknown keys
+arrived in the last window; an operator can resume it at once (an admin action), e.g.
+after fixing the key's location.
+
+Counting keys in Redis is best effort: with Redis away, ingest goes on uncounted.
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from delivery.enqueueing import get_scheduler
+from tenants.models import Tenant
+from webhooks.models import Source
+
+logger = logging.getLogger(__name__)
+
+BUCKETS_PER_WINDOW = 12
+SEEN = "seen"
+UNKNOWN = "unknown"
+SUSPENDED_REASON = (
+    "auto-registration is suspended for this source: its fairness key looks unbounded "
+    "(see the source in the admin)"
+)
+
+
+@dataclass(frozen=True)
+class KeyCounts:
+    """One source's numbers for the last window."""
+
+    seen: int | None  # distinct keys; None: Redis unavailable
+    unknown: int | None  # distinct keys that named no tenant when they arrived
+    registered: int  # tenants this source registered
+    limit: int
+
+
+def limit_for(source: Source) -> int:
+    return source.auto_register_limit or settings.AUTO_REGISTER_LIMIT
+
+
+def window_seconds() -> int:
+    return settings.AUTO_REGISTER_WINDOW_SECONDS
+
+
+def window_phrase(seconds: int | None = None) -> str:
+    """ "hour", "2 hours", "10 min", "30 s"."""
+    seconds = window_seconds() if seconds is None else seconds
+    if seconds % 3600 == 0:
+        hours = seconds // 3600
+        return "hour" if hours == 1 else f"{hours} hours"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def _bucket_seconds(window: int) -> int:
+    return max(1, math.ceil(window / BUCKETS_PER_WINDOW))
+
+
+def _key(source_id: int, kind: str, bucket: int) -> str:
+    return f"whp:keys:{source_id}:{kind}:{bucket}"
+
+
+def _window_keys(source_id: int, kind: str, now: float) -> list[str]:
+    """The buckets that cover the last window, the current (partial) one included."""
+    window = window_seconds()
+    size = _bucket_seconds(window)
+    current = int(now // size)
+    count = math.ceil(window / size)
+    return [_key(source_id, kind, bucket) for bucket in range(current - count + 1, current + 1)]
+
+
+def _connection() -> redis.Redis:
+    return get_scheduler().connection
+
+
+def note_key(source: Source, key: str, *, known: bool) -> None:
+    """Count `key` as seen at `source` (and as unknown unless it named a tenant)."""
+    now = time.time()
+    size = _bucket_seconds(window_seconds())
+    bucket = int(now // size)
+    ttl = window_seconds() + size  # a bucket lives as long as some window still covers it
+    try:
+        pipe = _connection().pipeline(transaction=False)
+        kinds = (SEEN,) if known else (SEEN, UNKNOWN)
+        for kind in kinds:
+            name = _key(source.pk, kind, bucket)
+            pipe.pfadd(name, key)
+            pipe.expire(name, ttl)
+        pipe.execute()
+    except redis.RedisError as exc:
+        logger.debug("fairness-key counting skipped for %s: %s", source.slug, exc)
+
+
+def distinct_keys(sources: list[Source], kind: str) -> dict[int, int] | None:
+    """Distinct keys per source over the last window (one round trip); None without Redis."""
+    now = time.time()
+    try:
+        pipe = _connection().pipeline(transaction=False)
+        for source in sources:
+            pipe.pfcount(*_window_keys(source.pk, kind, now))
+        counts = pipe.execute()
+    except redis.RedisError:
+        return None
+    return {source.pk: int(count) for source, count in zip(sources, counts, strict=True)}
+
+
+def _counting_since(source: Source, now: datetime) -> datetime:
+    since = now - timedelta(seconds=window_seconds())
+    resumed = source.auto_register_resumed_at
+    return max(since, resumed) if resumed else since
+
+
+def registered_recently(source: Source, now: datetime | None = None) -> int:
+    now = now or timezone.now()
+    return Tenant.objects.filter(
+        registered_by=source, created_at__gte=_counting_since(source, now)
+    ).count()
+
+
+def counts(sources: list[Source]) -> dict[int, KeyCounts]:
+    """Every source's numbers for the admin and the metrics."""
+    seen = distinct_keys(sources, SEEN)
+    unknown = distinct_keys(sources, UNKNOWN)
+    now = timezone.now()
+    # One grouped query for the window; a source resumed within it counts on its own.
+    registered = dict(
+        Tenant.objects.filter(
+            registered_by__in=sources,
+            created_at__gte=now - timedelta(seconds=window_seconds()),
+        )
+        .values_list("registered_by")
+        .annotate(Count("pk"))
+    )
+    for source in sources:
+        if _counting_since(source, now) > now - timedelta(seconds=window_seconds()):
+            registered[source.pk] = registered_recently(source, now)
+    return {
+        source.pk: KeyCounts(
+            seen=seen.get(source.pk) if seen is not None else None,
+            unknown=unknown.get(source.pk) if unknown is not None else None,
+            registered=registered.get(source.pk, 0),
+            limit=limit_for(source),
+        )
+        for source in sources
+    }
+
+
+def suspended_sources(limit: int = 20) -> list[Source]:
+    """The sources whose guard tripped: the admin warns about each."""
+    return list(Source.objects.exclude(auto_register_suspended_at=None)[:limit])
+
+
+def may_register(source: Source) -> tuple[bool, str]:
+    """(allowed, fallback reason). Suspends the source when its registrations reach the
+    limit; resumes a suspended one whose unknown keys have calmed down."""
+    now = timezone.now()
+    if source.auto_register_suspended_at is not None and not _calmed_down(source, now):
+        return False, SUSPENDED_REASON
+    limit = limit_for(source)
+    registered = registered_recently(source, now)
+    if registered >= limit:
+        suspend(
+            source,
+            f"{registered} tenants registered in the last {window_phrase()} "
+            f"(limit {limit}): the fairness key looks unbounded",
+        )
+        return False, SUSPENDED_REASON
+    return True, ""
+
+
+def _calmed_down(source: Source, now: datetime) -> bool:
+    """A whole window suspended, and under half the limit of unknown keys in it: resume."""
+    if source.auto_register_suspended_at > now - timedelta(seconds=window_seconds()):
+        return False
+    unknown = distinct_keys([source], UNKNOWN)
+    if unknown is None or unknown[source.pk] >= limit_for(source) / 2:
+        return False
+    resume(source, by="the guard (unknown keys calmed down)")
+    return True
+
+
+def suspend(source: Source, reason: str) -> None:
+    now = timezone.now()
+    updated = Source.objects.filter(pk=source.pk, auto_register_suspended_at=None).update(
+        auto_register_suspended_at=now, auto_register_suspended_reason=reason[:200]
+    )
+    source.auto_register_suspended_at = source.auto_register_suspended_at or now
+    source.auto_register_suspended_reason = source.auto_register_suspended_reason or reason
+    if updated:
+        logger.warning(
+            "auto-registration suspended for source %s: %s; its unknown keys now use the "
+            "fallback lane",
+            source.slug,
+            reason,
+        )
+
+
+def resume(source: Source, *, by: str) -> None:
+    """Registrations count again from now; earlier ones no longer weigh on the limit."""
+    now = timezone.now()
+    Source.objects.filter(pk=source.pk).update(
+        auto_register_suspended_at=None,
+        auto_register_suspended_reason="",
+        auto_register_resumed_at=now,
+    )
+    source.auto_register_suspended_at = None
+    source.auto_register_suspended_reason = ""
+    source.auto_register_resumed_at = now
+    logger.warning("auto-registration resumed for source %s by %s", source.slug, by)
