@@ -81,6 +81,10 @@ class EndpointLine:
             return "disabled (held)"
         if self.endpoint.consecutive_failures:
             return f"failing ({self.endpoint.consecutive_failures} in a row)"
+        if self.row and self.row.paused_until:
+            return "waiting for its Retry-After"
+        if self.row and self.row.rate_limited and self.row.rate_per_second:
+            return f"at its rate limit ({self.row.rate_per_second:g}/s)"
         return "at its concurrency cap"
 
 
@@ -108,14 +112,15 @@ def _facts(
             pacing.EndpointFacts(
                 label=e.url,
                 enabled=e.enabled,
-                in_flight=capacity[e.pk].in_flight if e.pk in capacity else 0,
                 max_in_flight=e.max_in_flight,
-                parked_lanes=capacity[e.pk].parked_lanes if e.pk in capacity else 0,
                 consecutive_failures=e.consecutive_failures,
                 held=held.get(e.pk, 0),
+                **pacing.live_endpoint_fields(capacity.get(e.pk)),
             )
             for e in endpoints
         ),
+        rate_limit_per_second=tenant.effective_rate_per_second() if tenant else None,
+        rate_limited=bool(row and row.rate_limited),
     )
 
 
@@ -194,11 +199,13 @@ def tenant_lines(snapshot: Snapshot, held_by_endpoint: dict[int, int]) -> list[T
 
 
 def endpoint_lines(snapshot: Snapshot, held: dict[int, int]) -> list[EndpointLine]:
-    """Endpoints at their cap (from the snapshot), failing, or disabled with work held."""
+    """Endpoints at their cap, rate or Retry-After with work parked (from the snapshot),
+    failing, or disabled with work held."""
     capped = {
         r.endpoint_id: r
         for r in snapshot.endpoints
-        if r.max_in_flight and r.in_flight >= r.max_in_flight
+        if (r.max_in_flight and r.in_flight >= r.max_in_flight)
+        or (r.rate_limited and r.parked_lanes > 0)
     }
     wanted = (
         Endpoint.objects.filter(

@@ -8,10 +8,10 @@ status (a short label) is what operators see in the admin overview.
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 
-from delivery.scheduler.records import Snapshot
+from delivery.scheduler.records import EndpointRow, Snapshot
 
 
 class Status(StrEnum):
@@ -19,8 +19,10 @@ class Status(StrEnum):
 
     PAUSED = "paused"
     DISABLED = "disabled"
+    ENDPOINT_WAIT = "endpoint_wait"
     FAILING = "failing"
     AT_CAP = "at_cap"
+    RATE_LIMITED = "rate_limited"
     PACED = "paced"
     ON_PACE = "on_pace"
 
@@ -28,11 +30,17 @@ class Status(StrEnum):
 STATUS_LABELS = {
     Status.PAUSED: "tenant paused",
     Status.DISABLED: "endpoint disabled (held)",
+    Status.ENDPOINT_WAIT: "endpoint asked us to wait (Retry-After)",
     Status.FAILING: "endpoint failing (retrying)",
     Status.AT_CAP: "endpoint at its concurrency cap",
+    Status.RATE_LIMITED: "at its delivery rate limit",
     Status.PACED: "paced",
     Status.ON_PACE: "on pace",
 }
+
+# A tenant delivering at this fraction of its rate limit (or more) is held back by it,
+# whatever the snapshot's momentary token state says.
+AT_RATE_FRACTION = 0.8
 
 # Below this backlog age a tenant that shares turns is not "paced" in any way a customer
 # would notice: one lap of the scheduler is well under it. Above it, we explain.
@@ -55,6 +63,24 @@ class EndpointFacts:
     failing_since: datetime | None = None
     last_error: str = ""  # e.g. "HTTP 503" or "timed out"
     next_retry_at: datetime | None = None
+    rate_per_second: float | None = None  # its rate limit; None = none
+    paused_until: datetime | None = None  # from its Retry-After
+    rate_limited: bool = False  # no request may start now: no token ready, or paused
+
+    @property
+    def waiting_for_retry_after(self) -> bool:
+        return self.enabled and self.paused_until is not None and self.parked_lanes > 0
+
+    @property
+    def at_rate(self) -> bool:
+        """Its rate limit is what holds work back: no token now, and work parked on it."""
+        return (
+            self.enabled
+            and self.rate_per_second is not None
+            and self.rate_limited
+            and self.paused_until is None
+            and self.parked_lanes > 0
+        )
 
     @property
     def at_cap(self) -> bool:
@@ -88,6 +114,16 @@ class TenantFacts:
     rate_per_second: float | None = None
     received_recently: int = 0  # events accepted in the last RECEIVED_WINDOW_MINUTES
     endpoints: tuple[EndpointFacts, ...] = ()
+    rate_limit_per_second: float | None = None  # its delivery rate; None = unlimited
+    rate_limited: bool = False  # the scheduler found no token for it just now
+
+    @property
+    def at_rate_limit(self) -> bool:
+        """Queued work, and its own delivery rate is what sets the pace."""
+        limit = self.rate_limit_per_second
+        if self.queued == 0 or limit is None:
+            return False
+        return self.rate_limited or self.rate >= AT_RATE_FRACTION * limit
 
     @property
     def rate(self) -> float:
@@ -182,10 +218,14 @@ def reasons(facts: TenantFacts, platform: PlatformFacts) -> list[Status]:
         facts.held > 0 and not facts.endpoints
     ):
         found.append(Status.DISABLED)
+    if facts.queued > 0 and any(e.waiting_for_retry_after for e in facts.endpoints):
+        found.append(Status.ENDPOINT_WAIT)
     if facts.retry + facts.delayed > 0 and any(e.failing for e in facts.endpoints):
         found.append(Status.FAILING)
     if facts.queued > 0 and any(e.at_cap for e in facts.endpoints):
         found.append(Status.AT_CAP)
+    if facts.at_rate_limit or (facts.queued > 0 and any(e.at_rate for e in facts.endpoints)):
+        found.append(Status.RATE_LIMITED)
     others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
     if facts.queued > 0 and others > 0 and facts.oldest_age_seconds >= PACED_AFTER_SECONDS:
         found.append(Status.PACED)
@@ -256,6 +296,15 @@ def _explain(
             f"{'is' if held == 1 else 'are'} held and will be delivered in order "
             f"once it is re-enabled. {safe}",
         )
+    if status is Status.ENDPOINT_WAIT:
+        endpoint = next(e for e in facts.endpoints if e.waiting_for_retry_after)
+        return (
+            "Your endpoint asked us to wait",
+            f"Your endpoint {endpoint.label} answered with Retry-After, so we send it nothing "
+            f"until {clock(endpoint.paused_until, now, tz)} instead of retrying sooner. "
+            f"{count_phrase(facts.queued, 'event')} "
+            f"{'waits' if facts.queued == 1 else 'wait'} and go out in order from then. {safe}",
+        )
     if status is Status.FAILING:
         endpoint = next(e for e in facts.endpoints if e.failing)
         since = f" since {clock(endpoint.failing_since, now, tz)}" if endpoint.failing_since else ""
@@ -283,6 +332,8 @@ def _explain(
             f"overloading it. They go out at about {rate}; {clears}. {safe} If your endpoint "
             f"can take more, ask us to raise its limit.",
         )
+    if status is Status.RATE_LIMITED:
+        return _explain_rate_limit(facts, rate, clears, safe)
     if status is Status.PACED:
         sent = (
             f"You sent {count_phrase(facts.received_recently, 'event')} in the last "
@@ -312,6 +363,41 @@ def _explain(
         f"{count_phrase(facts.queued + facts.in_flight, 'event')} "
         f"{'is' if facts.queued + facts.in_flight == 1 else 'are'} on the way and {clears}.",
     )
+
+
+def _explain_rate_limit(facts: TenantFacts, rate: str, clears: str, safe: str) -> tuple[str, str]:
+    if facts.at_rate_limit:
+        limit = rate_phrase(facts.rate_limit_per_second or 0)
+        return (
+            "Your delivery rate limit paces your events",
+            f"Your plan delivers at most {limit} for you, over all your endpoints, so your "
+            f"events go out at that pace even when we have spare capacity (it is your rate "
+            f"limit, not other tenants, that sets it); they go out at about {rate}; "
+            f"{clears}. {safe} To go faster, ask us about a higher rate.",
+        )
+    endpoint = next(e for e in facts.endpoints if e.at_rate)
+    return (
+        "Your endpoint's rate limit paces your events",
+        f"Your endpoint {endpoint.label} is limited to "
+        f"{rate_phrase(endpoint.rate_per_second or 0)}, so events for it go out at that pace "
+        f"(about {rate}); {clears}. {safe} If your endpoint can take more, ask us to raise "
+        f"its rate limit.",
+    )
+
+
+def live_endpoint_fields(row: EndpointRow | None, *, tz: tzinfo | None = None) -> dict:
+    """The EndpointFacts fields a scheduler snapshot knows (in flight, parked lanes, its
+    rate and pause); empty when the endpoint is not in the snapshot."""
+    if row is None:
+        return {}
+    paused = row.paused_until
+    return {
+        "in_flight": row.in_flight,
+        "parked_lanes": row.parked_lanes,
+        "rate_per_second": row.rate_per_second,
+        "paused_until": datetime.fromtimestamp(paused, tz or UTC) if paused else None,
+        "rate_limited": row.rate_limited,
+    }
 
 
 def _clears_phrase(

@@ -187,21 +187,19 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
     failures = _recent_failures(tenant)
     endpoint_facts = []
     for endpoint in endpoints:
-        slots = capacity.get(endpoint.pk)
         label = _endpoint_label(endpoint)
         endpoint_facts.append(
             pacing.EndpointFacts(
                 label=label,
                 enabled=endpoint.enabled,
-                in_flight=slots.in_flight if slots else 0,
                 max_in_flight=endpoint.max_in_flight,
-                parked_lanes=slots.parked_lanes if slots else 0,
                 consecutive_failures=endpoint.consecutive_failures,
                 held=held.get(endpoint.pk, 0),
                 disabled_reason=endpoint.disabled_reason,
                 failing_since=endpoint.failing_since,
                 last_error=_last_error(failures, label),
                 next_retry_at=next_retry.get(endpoint.pk),
+                **pacing.live_endpoint_fields(capacity.get(endpoint.pk)),
             )
         )
     last_minute = history.delivered_recently([tenant.pk]).get(tenant.pk, 0)
@@ -223,6 +221,8 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
             tenant.pk, now - timedelta(minutes=pacing.RECEIVED_WINDOW_MINUTES)
         ),
         endpoints=tuple(endpoint_facts),
+        rate_limit_per_second=tenant.effective_rate_per_second(),
+        rate_limited=bool(row and row.rate_limited),
     )
     platform = pacing.platform_facts(live.snapshot)
     assessed = pacing.assess(facts, platform, now=now, tz=timezone.get_current_timezone())
@@ -293,10 +293,15 @@ def _drain_text(assessed: pacing.Pacing, facts: pacing.TenantFacts) -> str:
 def _endpoint_json(endpoint: Endpoint, fact: pacing.EndpointFacts) -> dict[str, Any]:
     if not endpoint.enabled:
         state, text = "disabled", "disabled" + (f", {fact.held} held" if fact.held else "")
+    elif fact.waiting_for_retry_after:
+        until = pacing.clock(fact.paused_until, timezone.now(), timezone.get_current_timezone())
+        state, text = "endpoint_wait", f"asked us to wait (Retry-After) until {until}"
     elif fact.failing:
         state, text = "failing", f"failing ({fact.consecutive_failures} in a row)"
     elif fact.at_cap:
         state, text = "at_cap", "at its concurrency cap"
+    elif fact.at_rate:
+        state, text = "rate_limited", f"at its rate limit ({fact.rate_per_second:g} per second)"
     else:
         state, text = "healthy", "healthy"
     return {
@@ -306,6 +311,8 @@ def _endpoint_json(endpoint: Endpoint, fact: pacing.EndpointFacts) -> dict[str, 
         "state_text": text,
         "in_flight": fact.in_flight,
         "max_in_flight": fact.max_in_flight,
+        "rate_limit_per_second": fact.rate_per_second,
+        "paused_until": _iso(fact.paused_until),
         "consecutive_failures": fact.consecutive_failures,
         "held": fact.held,
         "disabled_reason": endpoint.disabled_reason,

@@ -153,6 +153,41 @@ def test_disabled_endpoint_holds_work_and_says_so(client) -> None:
     assert data["endpoints"][0]["state"] == "disabled"
 
 
+def test_a_tenant_held_back_by_its_own_rate_is_told_so(client) -> None:
+    tenant = make_tenant("metered.example", rate_limit_per_second=1)
+    make_endpoint(tenant, "http://127.0.0.1:9/metered", max_in_flight=50)
+    for i in range(20):
+        publish(tenant, "orders/create", {"i": i})
+    scheduler = enqueueing.get_scheduler()
+    assert len(scheduler.pick("w", 5).leases) == 1  # a token a second: the rest wait for it
+
+    data = status_of(client, tenant)
+
+    assert data["status"]["code"] == "rate_limited"
+    assert data["status"]["headline"] == "Your delivery rate limit paces your events"
+    assert "at most 1 per second for you" in data["status"]["explanation"]
+    assert data["endpoints"][0]["rate_limit_per_second"] is None  # the tenant's rate, not its
+
+
+def test_an_endpoint_waiting_out_a_retry_after_is_explained(client) -> None:
+    tenant = make_tenant("busy.example")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/busy")
+    for i in range(4):
+        publish(tenant, "orders/create", {"i": i})
+    scheduler = enqueueing.get_scheduler()
+    scheduler.pause_endpoint(endpoint.pk, time.time() + 120)
+    assert scheduler.pick("w", 5).leases == []  # its lane parks behind the pause
+
+    data = status_of(client, tenant)
+
+    assert data["status"]["code"] == "endpoint_wait"
+    assert "answered with Retry-After" in data["status"]["explanation"]
+    assert "4 events wait" in data["status"]["explanation"]
+    [shown] = data["endpoints"]
+    assert shown["state"] == "endpoint_wait"
+    assert shown["state_text"].startswith("asked us to wait (Retry-After) until ")
+
+
 def test_shared_destinations_show_without_their_url(client) -> None:
     tenant = make_tenant("gateway-shop.example")
     shared = make_endpoint(None, "http://127.0.0.1:9/platform-secret-path", description="Our app")

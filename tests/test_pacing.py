@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from delivery.scheduler import EndpointRow
 from tenants import pacing
 from tenants.pacing import EndpointFacts, PlatformFacts, Status, TenantFacts
 
@@ -94,6 +95,91 @@ def test_a_full_endpoint_with_nothing_parked_holds_nobody_up() -> None:
     assert not busy.at_cap
     result = assess(TenantFacts(fresh=1, oldest_age_seconds=1, endpoints=(busy,)))
     assert result.status is Status.ON_PACE
+
+
+def test_a_tenant_at_its_own_rate_limit_is_told_the_rate_paces_it() -> None:
+    facts = TenantFacts(
+        fresh=3_000,
+        oldest_age_seconds=300,
+        delivered_last_minute=600,  # 10 per second: its whole rate
+        rate_limit_per_second=10,
+        rate_limited=True,
+        endpoints=(HEALTHY,),
+    )
+    result = assess(facts, PlatformFacts(backlogged_tenants=3, backlogged_weight=3))
+    assert result.status is Status.RATE_LIMITED
+    assert result.label == "at its delivery rate limit"
+    assert Status.PACED in result.reasons  # others wait too, but the rate explains more
+    assert result.headline == "Your delivery rate limit paces your events"
+    assert "at most 10 per second for you" in result.explanation
+    assert "even when we have spare capacity" in result.explanation
+    assert "clear around 14:05 UTC" in result.explanation  # 3,000 / 10 per second
+
+
+def test_a_rate_limit_far_above_the_pace_is_not_the_reason() -> None:
+    facts = TenantFacts(
+        fresh=10,
+        oldest_age_seconds=1,
+        delivered_last_minute=60,  # 1 per second, under a 100/s limit
+        rate_limit_per_second=100,
+        endpoints=(HEALTHY,),
+    )
+    assert not facts.at_rate_limit
+    assert assess(facts).status is Status.ON_PACE
+
+
+def test_an_endpoint_rate_limit_with_work_parked_behind_it() -> None:
+    limited = EndpointFacts(
+        label="https://slow.example/", rate_per_second=0.5, rate_limited=True, parked_lanes=1
+    )
+    facts = TenantFacts(
+        fresh=30, oldest_age_seconds=40, delivered_last_minute=30, endpoints=(limited,)
+    )
+    result = assess(facts)
+    assert result.status is Status.RATE_LIMITED
+    assert result.headline == "Your endpoint's rate limit paces your events"
+    assert "https://slow.example/ is limited to 30 per minute" in result.explanation
+
+
+def test_an_endpoint_waiting_out_its_retry_after() -> None:
+    waiting = EndpointFacts(
+        label="https://busy.example/",
+        paused_until=NOW + timedelta(minutes=2),
+        rate_limited=True,
+        parked_lanes=1,
+        consecutive_failures=1,
+    )
+    result = assess(TenantFacts(fresh=7, retry=1, endpoints=(waiting,)))
+    assert result.status is Status.ENDPOINT_WAIT
+    assert Status.FAILING in result.reasons
+    assert result.label == "endpoint asked us to wait (Retry-After)"
+    assert "answered with Retry-After" in result.explanation
+    assert "until 14:02 UTC" in result.explanation
+    assert "8 events wait" in result.explanation
+    assert not waiting.at_rate  # a pause is not the endpoint's rate
+
+
+def test_live_endpoint_fields_come_from_the_snapshot_row() -> None:
+    row = EndpointRow(
+        endpoint_id=1,
+        in_flight=2,
+        max_in_flight=4,
+        retry_in_flight=0,
+        retry_max_in_flight=1,
+        parked_lanes=3,
+        rate_per_second=5.0,
+        paused_until=NOW.timestamp() + 60,
+        rate_limited=True,
+    )
+    fields = pacing.live_endpoint_fields(row)
+    assert fields == {
+        "in_flight": 2,
+        "parked_lanes": 3,
+        "rate_per_second": 5.0,
+        "paused_until": NOW + timedelta(seconds=60),
+        "rate_limited": True,
+    }
+    assert pacing.live_endpoint_fields(None) == {}
 
 
 def test_failing_endpoint_with_retries_waiting() -> None:
