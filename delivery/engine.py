@@ -122,7 +122,7 @@ class DeliveryEngine:
         )
         self._closed.set()
         if finished:
-            self.session.close()
+            self.session.clear()
         return finished
 
     def _max_wait(self) -> float:

@@ -5,7 +5,7 @@ platform at itself or its network (SSRF: `http://169.254.169.254/`, `http://127.
 a DNS name that answers with 10.0.0.5). Checking the URL when it is saved is not enough:
 DNS can answer differently a second later (rebinding), and numeric spellings such as
 `2130706433` only reveal themselves once resolved. So the connections made by
-`GuardedAdapter` resolve the host themselves and check the very address they are about to
+`GuardedPoolManager` resolve the host themselves and check the very address they are about to
 connect to; nothing else in the process decides where a delivery's socket goes.
 
 The same connections also tell the transport, through `watch_sockets`, which socket a
@@ -22,7 +22,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
-from requests.adapters import HTTPAdapter
 from urllib3 import PoolManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool
@@ -35,7 +34,7 @@ from urllib3.exceptions import (
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT, _TYPE_DEFAULT
 
-# Idle per-host pools an adapter keeps (LRU). Each holds up to pool_maxsize sockets, so
+# Idle per-host pools a GuardedPoolManager keeps (LRU). Each holds up to pool_maxsize sockets, so
 # this bounds idle file descriptors without reconnecting to every endpoint every time.
 HOST_POOLS = 64
 
@@ -52,7 +51,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 class ForbiddenDestination(Exception):
     """A connection refused because the destination is not a public address.
 
-    Deliberately not an OSError: urllib3 and requests would wrap that as an ordinary
+    Deliberately not an OSError: urllib3 would wrap that as an ordinary
     connection error (and urllib3 might retry it), while this must reach the transport
     as itself to become a permanent failure.
     """
@@ -214,7 +213,7 @@ class _GuardedConnectionMixin:
         super().__init__(*args, **kwargs)
 
     def _new_conn(self) -> socket.socket:
-        # Same exception mapping as urllib3's own _new_conn, so requests reports as usual.
+        # Same exception mapping as urllib3's own _new_conn, so errors read as usual.
         try:
             sock = _open_checked_socket(
                 self._dns_host,
@@ -253,7 +252,11 @@ class GuardedHTTPSConnection(_GuardedConnectionMixin, HTTPSConnection):
 _CONNECTIONS = {"http": GuardedHTTPConnection, "https": GuardedHTTPSConnection}
 
 
-class _GuardedPoolManager(PoolManager):
+class GuardedPoolManager(PoolManager):
+    """urllib3's PoolManager whose every connection goes through the address check.
+    There is no proxy variant: through a proxy the socket would go to the proxy's address,
+    which the check would then vet instead of the destination's."""
+
     # The flag travels on each pool's conn_kw rather than in connection_pool_kw, because
     # urllib3 builds its pool keys from connection_pool_kw and rejects unknown names.
     def __init__(self, *args: Any, allow_private: bool, **kwargs: Any) -> None:
@@ -267,30 +270,6 @@ class _GuardedPoolManager(PoolManager):
         pool.ConnectionCls = _CONNECTIONS[scheme]
         pool.conn_kw["allow_private"] = self.allow_private
         return pool
-
-
-class GuardedAdapter(HTTPAdapter):
-    """A requests adapter whose every connection goes through the address check."""
-
-    def __init__(self, *, allow_private: bool, pool_maxsize: int) -> None:
-        self.allow_private = allow_private  # read by init_poolmanager, called by __init__
-        super().__init__(pool_connections=HOST_POOLS, pool_maxsize=pool_maxsize, max_retries=0)
-
-    def init_poolmanager(
-        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
-    ) -> None:
-        self.poolmanager = _GuardedPoolManager(
-            num_pools=connections,
-            maxsize=maxsize,
-            block=block,
-            allow_private=self.allow_private,
-            **pool_kwargs,
-        )
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        # Through a proxy the socket goes to the proxy's address, which the check would
-        # then vet instead of the destination's.
-        raise ValueError("GuardedAdapter does not support proxies.")
 
 
 _socket_watcher: ContextVar[Callable[[socket.socket], None] | None] = ContextVar(

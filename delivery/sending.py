@@ -12,13 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import requests
 from django.conf import settings
 from django.db import OperationalError, close_old_connections
 from django.utils import timezone
 
 from delivery import records
 from delivery.models import Delivery
+from delivery.netguard import GuardedPoolManager
 from delivery.policy import decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import post
@@ -136,7 +136,7 @@ def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
 
 
 def attempt(
-    lease: Lease, delivery: Delivery, secrets: list[str], session: requests.Session
+    lease: Lease, delivery: Delivery, secrets: list[str], session: GuardedPoolManager
 ) -> Finished:
     """Sign and POST once, and judge the result; nothing is written yet."""
     endpoint = delivery.endpoint

@@ -4,7 +4,7 @@
 `HttpResult` for policy.decide() to judge. It bounds each attempt in time and in memory,
 because a delivery slot held by one bad endpoint is a slot every other tenant waits for:
 
-* requests' timeouts apply to each socket operation, so an endpoint trickling a byte a
+* urllib3's timeouts apply to each socket operation, so an endpoint trickling a byte a
   second would hold a slot forever. A shared watchdog thread shuts the request's socket
   down at the total deadline, whether it is trickling headers or body.
 * only `response_cap_bytes` of the response body are read; the rest is never downloaded
@@ -13,9 +13,11 @@ because a delivery slot held by one bad endpoint is a slot every other tenant wa
 
 import contextlib
 import heapq
+import http.client
 import itertools
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
-import requests
+import certifi
 import urllib3
 from requests.utils import get_encoding_from_headers
 
@@ -53,25 +55,35 @@ class HttpResult:
     retry_after_seconds: float | None  # Retry-After as seconds from now, None if absent/invalid
 
 
-def new_session(*, pool_maxsize: int, allow_private: bool) -> requests.Session:
-    """A pooled session whose every connection goes through the SSRF guard.
+def new_session(
+    *, pool_maxsize: int, allow_private: bool, ca_certs: str | None = None
+) -> netguard.GuardedPoolManager:
+    """A pool of keep-alive connections (per host) whose every connection goes through the
+    SSRF guard.
 
-    trust_env is off so HTTP(S)_PROXY or ~/.netrc on a worker host can never reroute or
-    annotate deliveries. The adapter does no retries: a POST may have been processed even
-    when it failed, so whether to send it again is policy's decision, made once.
+    It is urllib3's PoolManager, used directly rather than through a requests.Session:
+    the Session layer (preparing the request, merging environment settings, cookies,
+    hooks, adapters) cost ~0.2 ms of CPU per POST here, 40% of the request and more
+    than a delivery's pick, load, record and ack together (bench/delivery.py,
+    docs/BENCHMARKS.md). A PoolManager never reads the environment (no HTTP(S)_PROXY, no
+    ~/.netrc), the guarantee requests needs `trust_env = False` for. Certificates are
+    checked against certifi's bundle, as requests does; `ca_certs` replaces it (tests).
     """
-    session = requests.Session()
-    session.trust_env = False
-    adapter = netguard.GuardedAdapter(allow_private=allow_private, pool_maxsize=pool_maxsize)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    # Only an excerpt is kept, so a compressed response would be pure cost (and a bomb risk).
-    session.headers["Accept-Encoding"] = "identity"
-    return session
+    return netguard.GuardedPoolManager(
+        num_pools=netguard.HOST_POOLS,
+        maxsize=pool_maxsize,
+        allow_private=allow_private,
+        cert_reqs="CERT_REQUIRED",
+        ca_certs=ca_certs or certifi.where(),
+    )
+
+
+# Only an excerpt is kept, so a compressed response would be pure cost (and a bomb risk).
+_BASE_HEADERS = {"Accept-Encoding": "identity"}
 
 
 def post(
-    session: requests.Session,
+    session: netguard.GuardedPoolManager,
     url: str,
     body: bytes,
     headers: Mapping[str, str],
@@ -82,34 +94,40 @@ def post(
 ) -> HttpResult:
     """POST `body` to `url` once, within `total_timeout` seconds from the call.
 
-    Redirects are not followed (a 3xx is a status like any other). Raises only for the
-    caller's own mistakes, such as a header value containing a newline.
+    Redirects are not followed (a 3xx is a status like any other) and nothing is retried:
+    a POST may have been processed even when it failed, so whether to send it again is
+    policy's decision, made once. Raises only for the caller's own mistakes, such as a
+    header value containing a newline.
     """
     started = time.monotonic()
+    if not url.lower().startswith(("http://", "https://")):
+        return _failed(started, INVALID_URL, f"invalid URL: {url[:80]!r} is not http(s)://")
     deadline = started + total_timeout
     watch = _WATCHDOG.arm(deadline)
-    response: requests.Response | None = None
+    response: urllib3.BaseHTTPResponse | None = None
     excerpt = bytearray()
     try:
         with netguard.watch_sockets(watch.add):
-            response = session.post(
+            response = session.urlopen(
+                "POST",
                 url,
-                data=body,
-                headers=dict(headers),
-                allow_redirects=False,
-                stream=True,
-                timeout=(min(connect_timeout, total_timeout), total_timeout),
+                body=body,
+                headers={**_BASE_HEADERS, **headers},
+                redirect=False,
+                retries=False,
+                preload_content=False,
+                timeout=urllib3.Timeout(
+                    connect=min(connect_timeout, total_timeout), read=total_timeout
+                ),
             )
-            _read_capped(response.raw, excerpt, response_cap_bytes, deadline)
+            _read_capped(response, excerpt, response_cap_bytes, deadline)
         # A socket shut down mid-header or in a body without a length ends in what parses
         # as a complete response; once the watchdog struck, nothing that arrived is trusted.
         if watch.close():
             raise _DeadlineExceeded
-    except requests.exceptions.InvalidHeader:
-        raise
     except (
-        requests.RequestException,
         urllib3.exceptions.HTTPError,
+        http.client.HTTPException,
         OSError,
         netguard.ForbiddenDestination,
         _DeadlineExceeded,
@@ -119,10 +137,13 @@ def post(
         kind, error = "", ""
     finally:
         if response is not None:
-            response.close()  # back to the pool if the body was read to its end, else closed
+            # Read to its end, the connection is back in the pool already; cut at the cap
+            # or by an error, it is closed instead of drained (never downloading the rest).
+            response.close()
+            response.release_conn()
         watch.close()
     return HttpResult(
-        status_code=response.status_code if response is not None else None,
+        status_code=response.status if response is not None else None,
         duration_ms=round((time.monotonic() - started) * 1000),
         error=error[:_ERROR_CHARS],
         error_kind=kind,
@@ -132,6 +153,17 @@ def post(
             if response is not None
             else None
         ),
+    )
+
+
+def _failed(started: float, kind: str, error: str) -> HttpResult:
+    return HttpResult(
+        status_code=None,
+        duration_ms=round((time.monotonic() - started) * 1000),
+        error=error[:_ERROR_CHARS],
+        error_kind=kind,
+        response_excerpt="",
+        retry_after_seconds=None,
     )
 
 
@@ -159,14 +191,17 @@ class _DeadlineExceeded(Exception):
     pass
 
 
-def _read_capped(raw: urllib3.HTTPResponse, into: bytearray, cap: int, deadline: float) -> None:
+def _read_capped(
+    response: urllib3.BaseHTTPResponse, into: bytearray, cap: int, deadline: float
+) -> None:
     """Read the body into `into` until its end or `cap` bytes, whichever comes first.
 
     The deadline check between chunks covers a body that keeps arriving in time for each
     read; the watchdog covers a single read that would block past the deadline.
     """
     while len(into) < cap:
-        chunk = raw.read(min(_READ_CHUNK, cap - len(into)))
+        # read1: what has arrived (one socket read), so a trickle is kept as it comes.
+        chunk = response.read1(min(_READ_CHUNK, cap - len(into)))
         if not chunk:
             return
         into += chunk
@@ -177,7 +212,7 @@ def _read_capped(raw: urllib3.HTTPResponse, into: bytearray, cap: int, deadline:
 def _classify(
     exc: Exception,
     deadline_struck: bool,
-    response: requests.Response | None,
+    response: urllib3.BaseHTTPResponse | None,
     connect_timeout: float,
     total_timeout: float,
 ) -> tuple[str, str]:
@@ -189,19 +224,16 @@ def _classify(
         if response is None:
             return DEADLINE, f"no response within {total_timeout:g} s"
         return DEADLINE, f"response body incomplete after {total_timeout:g} s"
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return TIMEOUT, f"connect timed out after {min(connect_timeout, total_timeout):g} s"
-    if isinstance(exc, requests.exceptions.ReadTimeout | urllib3.exceptions.ReadTimeoutError):
-        return TIMEOUT, f"read timed out after {total_timeout:g} s"
-    if isinstance(exc, requests.exceptions.SSLError):
-        return TLS, f"TLS error: {_root_cause(exc)}"
-    if isinstance(
-        exc,
-        requests.exceptions.InvalidURL
-        | requests.exceptions.MissingSchema
-        | requests.exceptions.InvalidSchema
-        | urllib3.exceptions.LocationValueError,
+    # urllib3 2 makes NewConnectionError (refused, unreachable) a ConnectTimeoutError too.
+    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError) and not isinstance(
+        exc, urllib3.exceptions.NewConnectionError
     ):
+        return TIMEOUT, f"connect timed out after {min(connect_timeout, total_timeout):g} s"
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return TIMEOUT, f"read timed out after {total_timeout:g} s"
+    if isinstance(exc, urllib3.exceptions.SSLError | ssl.SSLError | ssl.CertificateError):
+        return TLS, f"TLS error: {_root_cause(exc)}"
+    if isinstance(exc, urllib3.exceptions.LocationValueError):
         return INVALID_URL, f"invalid URL: {exc}"
     return CONNECTION, f"connection failed: {_root_cause(exc)}"
 
@@ -216,7 +248,7 @@ def _root_cause(exc: BaseException) -> str:
             return f"could not resolve host {current.conn.host}"
         inner = getattr(current, "reason", None)  # urllib3's MaxRetryError
         if not isinstance(inner, BaseException) and current.args:
-            inner = current.args[0]  # requests wraps urllib3's exception as args[0]
+            inner = current.args[-1]  # urllib3's ProtocolError("Connection aborted.", cause)
         inner = inner if isinstance(inner, BaseException) else current.__cause__
         if inner is None:
             break
@@ -226,7 +258,7 @@ def _root_cause(exc: BaseException) -> str:
     return str(current) or type(current).__name__
 
 
-def _decode(excerpt: bytearray, response: requests.Response | None) -> str:
+def _decode(excerpt: bytearray, response: urllib3.BaseHTTPResponse | None) -> str:
     encoding = None if response is None else get_encoding_from_headers(response.headers)
     try:
         return excerpt.decode(encoding or "utf-8", errors="replace")

@@ -303,6 +303,13 @@ class HangingServer(_RawServer):
             pass
 
 
+class DroppingServer(_RawServer):
+    """Reads the request and closes the connection without a word: did it process it?"""
+
+    def serve(self, conn: socket.socket) -> None:
+        pass
+
+
 class TricklingServer(_RawServer):
     """Sends a 200 one byte every `interval` seconds, in the headers or in the body."""
 

@@ -4,10 +4,9 @@ import socket
 from collections.abc import Callable, Iterator
 
 import pytest
-import requests
 from django.core.exceptions import ValidationError
 
-from delivery import transport
+from delivery import netguard, transport
 from delivery.netguard import is_forbidden_address, validate_destination_url
 from tests.http_receivers import Recorder
 
@@ -70,10 +69,10 @@ def test_public_addresses_are_allowed(address):
 
 
 @pytest.fixture
-def strict_session() -> Iterator[requests.Session]:
+def strict_session() -> Iterator[netguard.GuardedPoolManager]:
     session = transport.new_session(pool_maxsize=2, allow_private=False)
     yield session
-    session.close()
+    session.clear()
 
 
 @pytest.fixture
@@ -83,7 +82,7 @@ def endpoint() -> Iterator[Recorder]:
         yield recorder
 
 
-def post(session: requests.Session, url: str) -> transport.HttpResult:
+def post(session: netguard.GuardedPoolManager, url: str) -> transport.HttpResult:
     return transport.post(
         session, url, b"{}", {}, connect_timeout=1.0, total_timeout=2.0, response_cap_bytes=100
     )
@@ -173,11 +172,17 @@ def test_allow_private_reaches_a_local_receiver(endpoint, fake_dns):
     assert len(endpoint.wait_for(3)) == 3
 
 
-def test_the_guard_cannot_be_bypassed_with_a_proxy(strict_session, endpoint):
-    strict_session.proxies = {"http": endpoint.url}
-    with pytest.raises(ValueError, match="does not support proxies"):
-        post(strict_session, "http://93.184.216.34/")
-    assert endpoint.requests == []
+def test_every_pool_of_the_guarded_manager_checks_its_connections(strict_session):
+    """No pool (and no proxy: the manager has none) can open an unchecked socket."""
+    for scheme, port in (("http", 80), ("https", 443)):
+        pool = strict_session.connection_from_host("93.184.216.34", port, scheme=scheme)
+        assert pool.ConnectionCls in (
+            netguard.GuardedHTTPConnection,
+            netguard.GuardedHTTPSConnection,
+        )
+        assert pool.ConnectionCls.__name__.endswith(scheme.upper() + "Connection")
+        assert pool.conn_kw["allow_private"] is False
+    assert strict_session.proxy is None
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from email.utils import formatdate
 from pathlib import Path
 
+import certifi
 import pytest
 import requests
 from hypothesis import given
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from delivery import netguard, transport
 from tests.http_receivers import (
+    DroppingServer,
     FullBacklogListener,
     HangingServer,
     Recorder,
@@ -31,14 +33,16 @@ HEADERS = {"Content-Type": "application/json", "User-Agent": "fairhooks-test", "
 
 
 @pytest.fixture
-def session() -> Iterator[requests.Session]:
+def session() -> Iterator[netguard.GuardedPoolManager]:
     # allow_private: the test servers are on loopback (test_netguard covers the refusal).
     session = transport.new_session(pool_maxsize=4, allow_private=True)
     yield session
-    session.close()
+    session.clear()
 
 
-def post(session: requests.Session, url: str, **overrides: float) -> transport.HttpResult:
+def post(
+    session: netguard.GuardedPoolManager, url: str, **overrides: float
+) -> transport.HttpResult:
     options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
     return transport.post(session, url, BODY, HEADERS, **{**options, **overrides})
 
@@ -270,15 +274,23 @@ def test_excerpt_is_decoded_by_the_response_charset(session, content_type, body,
     assert result.response_excerpt == excerpt
 
 
-def test_new_session_ignores_the_environment_and_never_retries():
+def test_new_session_is_a_guarded_pool_that_never_reads_the_environment():
     session = transport.new_session(pool_maxsize=7, allow_private=False)
-    assert session.trust_env is False
-    for prefix in ("http://", "https://"):
-        adapter = session.get_adapter(prefix + "example.com/")
-        assert isinstance(adapter, netguard.GuardedAdapter)
-        assert adapter.max_retries.total == 0
-        assert adapter._pool_maxsize == 7
-        assert adapter.allow_private is False
+    assert isinstance(session, netguard.GuardedPoolManager)
+    assert session.allow_private is False
+    assert session.connection_pool_kw["maxsize"] == 7
+    assert session.connection_pool_kw["ca_certs"] == certifi.where()
+    assert session.proxy is None  # a PoolManager has no notion of environment proxies
+
+
+def test_nothing_is_retried_even_when_the_connection_drops(session):
+    """A POST may have been processed before the connection died: one try only."""
+    with DroppingServer() as endpoint:
+        result = post(session, endpoint.url)
+        time.sleep(0.2)
+    assert (result.status_code, result.error_kind) == (None, transport.CONNECTION)
+    assert "closed connection without response" in result.error
+    assert len(endpoint.connections) == 1
 
 
 @pytest.fixture(scope="module")
@@ -307,10 +319,12 @@ def _tls_context(cert: Path, key: Path, server_names: list[str | None]) -> ssl.S
     return context
 
 
-def test_https_through_the_guard_sends_sni_and_verifies_the_host_name(session, localhost_cert):
+def test_https_through_the_guard_sends_sni_and_verifies_the_host_name(localhost_cert):
     server_names: list[str | None] = []
+    session = transport.new_session(
+        pool_maxsize=1, allow_private=True, ca_certs=str(localhost_cert[0])
+    )
     with Recorder(ssl_context=_tls_context(*localhost_cert, server_names)) as endpoint:
-        session.verify = str(localhost_cert[0])
         result = post(session, f"https://localhost:{endpoint.port}/")
     assert (result.status_code, result.error_kind) == (200, "")
     assert server_names == ["localhost"]
