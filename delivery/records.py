@@ -1,8 +1,9 @@
 """Writing what happened: Attempt rows and the Deliveries' new status, in one transaction.
 
 A worker records the deliveries that finished while its previous write ran as one
-group (a group commit): one INSERT for their Attempts, one UPDATE for all that were
-delivered, a row-by-row UPDATE only for the rarer failures, whose values differ.
+group (a group commit): one INSERT for their Attempts (webhooks.plain_insert), one
+UPDATE for all that were delivered, a row-by-row UPDATE only for the rarer failures,
+whose values differ.
 """
 
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from delivery import endpoint_health
 from delivery.models import Attempt, Delivery
 from delivery.policy import Decision
 from delivery.transport import HttpResult
+from webhooks import plain_insert
 
 _STATUS_FOR_ACTION = {
     "delivered": Delivery.DELIVERED,
@@ -77,9 +79,10 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
         for item, (status, _) in zip(sent, plans, strict=True)
         if status == Delivery.DELIVERED
     ]
+    # Built before the transaction: on SQLite it holds the one write lock.
+    attempts = plain_insert.prepare([_attempt(item) for item in sent])
     with transaction.atomic():
-        if sent:
-            Attempt.objects.bulk_create([_attempt(item) for item in sent])
+        plain_insert.execute([attempts])
         if delivered_ids:
             _open(delivered_ids).update(
                 status=Delivery.DELIVERED,

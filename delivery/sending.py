@@ -8,12 +8,13 @@ together are recorded in one transaction and acknowledged in one scheduler call.
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections
+from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from delivery import records
@@ -22,7 +23,8 @@ from delivery.netguard import GuardedPoolManager
 from delivery.policy import decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import post
-from tenants.models import EndpointSecret
+from tenants.models import Endpoint, EndpointSecret
+from webhooks.models import Event
 from webhooks.signatures import sign_standard_webhooks
 
 logger = logging.getLogger(__name__)
@@ -62,35 +64,52 @@ def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[st
     return headers
 
 
-# What sending and recording read; the rest of the rows (headers, notes) stays unread.
-_LOADED_FIELDS = (
-    "id",
-    "status",
-    "attempts",
-    "event_id",
-    "endpoint_id",
-    "event__id",
-    "event__event_type",
-    "event__content_type",
-    "event__payload",
-    "endpoint__id",
-    "endpoint__url",
-    "endpoint__enabled",
-    "endpoint__timeout_seconds",
-    "endpoint__consecutive_failures",
-    "endpoint__failing_since",
-    "endpoint__last_success_at",
-)
+# What sending and recording read, per table; the rest of the rows stays unread (and
+# deferred: reading another field would cost a query per row).
+_LOADED_COLUMNS = {
+    Delivery: ("id", "status", "attempts", "event_id", "endpoint_id"),
+    Event: ("id", "event_type", "content_type", "payload"),
+    Endpoint: (
+        "id",
+        "url",
+        "enabled",
+        "timeout_seconds",
+        "consecutive_failures",
+        "failing_since",
+        "last_success_at",
+    ),
+}
+
+
+def _rows(model: type, ids: Collection[object]) -> dict[object, Any]:
+    """`model`'s rows with these primary keys, loaded columns only, through raw(): the
+    ORM still converts each value (aware datetimes, booleans, bytes), but the SQL costs
+    no compilation (select_related + only() compiled for ~40% of a feed's CPU)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(column) for column in _LOADED_COLUMNS[model])
+    placeholders = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"SELECT {columns} FROM {quote(model._meta.db_table)}"  # noqa: S608
+        f" WHERE {quote(model._meta.pk.column)} IN ({placeholders})"
+    )
+    return {row.pk: row for row in model.objects.raw(sql, list(ids))}
 
 
 def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
-    """The deliveries with their event and endpoint, in one query."""
-    rows = (
-        Delivery.objects.select_related("event", "endpoint")
-        .only(*_LOADED_FIELDS)
-        .filter(pk__in=delivery_ids)
-    )
-    return {delivery.pk: delivery for delivery in rows}
+    """The deliveries with their event and endpoint: one query per table."""
+    if not delivery_ids:
+        return {}
+    deliveries = _rows(Delivery, set(delivery_ids))
+    events = _rows(Event, {d.event_id for d in deliveries.values()})
+    endpoints = _rows(Endpoint, {d.endpoint_id for d in deliveries.values()})
+    loaded = {}
+    for pk, delivery in deliveries.items():
+        event, endpoint = events.get(delivery.event_id), endpoints.get(delivery.endpoint_id)
+        if event is None or endpoint is None:
+            continue  # deleted between the queries (CASCADE): the delivery is gone too
+        delivery.event, delivery.endpoint = event, endpoint
+        loaded[pk] = delivery
+    return loaded
 
 
 class SecretCache:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from delivery import sending
 from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
@@ -15,6 +16,7 @@ from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
 from tests.http_receivers import Recorder, Reply
+from webhooks.models import Event
 from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -215,3 +217,44 @@ def test_retry_after_on_a_429_pauses_the_whole_endpoint(engine) -> None:
     # one; at most the delivery already picked while the 429 was being recorded slips by.
     assert requests[2].arrived_at - paused_at >= 2.5
     assert statuses() == {Delivery.DELIVERED: 3}
+
+
+def test_load_many_reads_three_tables_once_and_what_sending_needs_costs_no_more(
+    django_assert_num_queries,
+) -> None:
+    tenant = make_tenant("loader.example")
+    healthy = make_endpoint(tenant, "http://127.0.0.1:9/a")
+    failing = make_endpoint(tenant, "http://127.0.0.1:9/b")
+    Endpoint.objects.filter(pk=failing.pk).update(consecutive_failures=2, enabled=False)
+    publish(tenant, "order.created", {"n": "é"})
+    ids = [*Delivery.objects.values_list("id", flat=True), "01JNOTAROW0000000000000000"]
+
+    with django_assert_num_queries(3):
+        loaded = sending.load_many(ids)
+        # Everything sending, triage and recording read is loaded (no deferred query).
+        seen = [
+            (
+                d.status,
+                d.attempts,
+                d.event.id,
+                d.event.event_type,
+                d.event.content_type,
+                bytes(d.event.payload),
+                d.endpoint.url,
+                d.endpoint.enabled,
+                d.endpoint.timeout_seconds,
+                d.endpoint.consecutive_failures,
+                d.endpoint.failing_since,
+                d.endpoint.last_success_at,
+            )
+            for d in loaded.values()
+        ]
+
+    assert len(loaded) == 2  # the unknown id is simply not there
+    by_url = {row[6]: row for row in seen}
+    assert by_url[healthy.url][7] is True and by_url[failing.url][7] is False
+    assert by_url[failing.url][9] == 2
+    [event] = Event.objects.all()
+    assert {row[5] for row in seen} == {bytes(event.payload)}
+    assert {row[2] for row in seen} == {event.id}
+    assert sending.load_many([]) == {}

@@ -15,17 +15,15 @@ tenants' endpoints, a bulk insert of the events and one of the deliveries.
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
-from operator import attrgetter
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
-from webhooks import key_hygiene
+from webhooks import key_hygiene, plain_insert
 from webhooks.fairness_key import KeyResult
 from webhooks.models import Event, Source, SourceSecret
 
@@ -209,10 +207,10 @@ def accept(
     deliveries = _deliveries_for(event, endpoints)
     # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and
     # the lock is then held for two INSERT statements, not for building them.
-    inserts = [_insert_rows([event]), _insert_rows(deliveries)]
+    inserts = [plain_insert.prepare([event]), plain_insert.prepare(deliveries)]
     try:
         with transaction.atomic():
-            _execute_inserts(inserts)
+            plain_insert.execute(inserts)
             if source is not None and tenant is None:
                 Source.objects.filter(pk=source.pk).update(fallback_count=F("fallback_count") + 1)
             enqueue_on_commit(deliveries)
@@ -292,67 +290,6 @@ class _Endpoints:
         ]
 
 
-# Fields whose Python value is already what both SQLite and psycopg take as a parameter.
-_PLAIN_FIELDS = (
-    models.CharField,
-    models.TextField,
-    models.IntegerField,
-    models.BooleanField,
-    models.BinaryField,
-    models.ForeignKey,
-)
-_INSERTS: dict[tuple[str, type], tuple[str, list]] = {}
-
-
-def _insert_plan(model: type) -> tuple[str, list]:
-    """The INSERT statement for `model` and one value getter per column."""
-    key = (connection.vendor, model)
-    if key not in _INSERTS:
-        fields = model._meta.concrete_fields
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(field.column) for field in fields)
-        placeholders = ", ".join(["%s"] * len(fields))
-        sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
-        getters = []
-        for field in fields:
-            if isinstance(field, _PLAIN_FIELDS):
-                getters.append(attrgetter(field.attname))
-            else:  # datetimes, JSON: the field adapts them for this database
-                getters.append(partial(_prepared, field))
-        _INSERTS[key] = (sql, getters)
-    return _INSERTS[key]
-
-
-def _prepared(field, obj) -> object:
-    return field.get_db_prep_save(field.pre_save(obj, True), connection)
-
-
-def _insert_rows(objs: list) -> tuple[list, str, list[list]]:
-    """The objects, their INSERT statement and their rows (nothing executed yet)."""
-    if not objs:
-        return objs, "", []
-    sql, getters = _insert_plan(type(objs[0]))
-    return objs, sql, [[getter(obj) for getter in getters] for obj in objs]
-
-
-def _execute_inserts(inserts: list[tuple[list, str, list[list]]]) -> None:
-    """INSERT prepared rows, one executemany() per model.
-
-    What bulk_create() stores, without its per-row SQL compilation (60% of a 500-event
-    batch's CPU). Only for models whose primary key is set on construction (Event and
-    Delivery: ULIDs) and whose fields are plain values or adapted by the field itself.
-    Like bulk_create, it sends no signals.
-    """
-    with connection.cursor() as cursor:
-        for _, sql, rows in inserts:
-            if rows:
-                cursor.executemany(sql, rows)
-    for objs, _, _ in inserts:
-        for obj in objs:
-            obj._state.adding = False
-            obj._state.db = connection.alias
-
-
 @dataclass
 class _Plan:
     """What a batch will insert, built before the transaction opens."""
@@ -403,10 +340,10 @@ def accept_many(items: list[dict]) -> list[Accepted]:
     endpoints = _Endpoints(items)
     for attempt in range(_BULK_ATTEMPTS):
         plan = _plan_batch(items, endpoints)
-        inserts = [_insert_rows(plan.events), _insert_rows(plan.deliveries)]
+        inserts = [plain_insert.prepare(plan.events), plain_insert.prepare(plan.deliveries)]
         try:
             with transaction.atomic():
-                _execute_inserts(inserts)
+                plain_insert.execute(inserts)
                 for source_pk, count in plan.fallbacks.items():
                     Source.objects.filter(pk=source_pk).update(
                         fallback_count=F("fallback_count") + count

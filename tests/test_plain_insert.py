@@ -1,0 +1,52 @@
+"""webhooks.plain_insert: rows it writes read back exactly like rows the ORM wrote (run on
+SQLite and PostgreSQL alike), and an auto-increment key is left to the database."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from delivery.models import Attempt, Delivery
+from tests.factories import make_endpoint, make_tenant
+from webhooks import plain_insert
+from webhooks.models import Event
+
+pytestmark = pytest.mark.django_db
+
+
+def test_attempts_read_back_like_orm_rows_and_get_their_ids_from_the_database() -> None:
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant)
+    event = Event.objects.create(tenant=tenant, event_type="x", payload=b"{}")
+    delivery = Delivery.objects.create(event=event, endpoint=endpoint, tenant=tenant)
+    values = {
+        "delivery": delivery,
+        "number": 3,
+        "started_at": datetime(2026, 12, 3, 7, 15, 30, 123456, tzinfo=UTC),
+        "duration_ms": 41,
+        "status_code": None,
+        "outcome": Attempt.RETRY,
+        "error": "connection failed: Connection refused",
+        "response_excerpt": 'café\n{"ok": false}',
+        "request_headers": {"webhook-id": event.id, "Note": "é\\x00", "n": [1, None]},
+    }
+    reference = Attempt.objects.create(**values)
+
+    plain_insert.execute([plain_insert.prepare([Attempt(**values), Attempt(**values)])])
+
+    stored = list(Attempt.objects.order_by("pk"))
+    assert len(stored) == 3
+    assert len({attempt.pk for attempt in stored}) == 3  # the database numbered them
+
+    def fields(attempt: Attempt) -> dict:
+        return {
+            f.attname: getattr(attempt, f.attname)
+            for f in Attempt._meta.concrete_fields
+            if f.name != "id"
+        }
+
+    assert fields(stored[1]) == fields(stored[2]) == fields(reference)
+
+
+def test_nothing_to_insert_executes_nothing(django_assert_num_queries) -> None:
+    with django_assert_num_queries(0):
+        plain_insert.execute([plain_insert.prepare([])])
