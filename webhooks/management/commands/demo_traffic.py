@@ -3,8 +3,10 @@ import hashlib
 import hmac
 import json
 import random
+import socket
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import requests
 from django.core.management.base import BaseCommand
@@ -37,6 +39,7 @@ class Command(BaseCommand):
     ) -> None:
         session = requests.Session()
         session.trust_env = False
+        self._wait_for_server(url)
         started = time.monotonic()
         next_flood = started + 10
         while not duration or time.monotonic() - started < duration:
@@ -48,6 +51,19 @@ class Command(BaseCommand):
                     self._post(session, url, demo.LOUD_TENANT)
                 next_flood = time.monotonic() + flood_every
             time.sleep(0.3)
+
+    def _wait_for_server(self, url: str, timeout: float = 60.0) -> None:
+        """`make run` starts the web server beside us: the first post should not race it."""
+        parts = urlsplit(url)
+        address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        limit = time.monotonic() + timeout
+        while time.monotonic() < limit:
+            try:
+                socket.create_connection(address, timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stderr.write(f"demo traffic: nothing answers on {address[0]}:{address[1]} yet")
 
     def _post(self, session: requests.Session, url: str, shop: str) -> None:
         body = json.dumps(
