@@ -15,6 +15,7 @@ tenants' endpoints, a bulk insert of the events and one of the deliveries.
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict, Unpack
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
@@ -159,51 +160,38 @@ def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Deliver
     ]
 
 
-def _new_event(
-    *,
-    source: Source | None,
-    tenant: Tenant | None,
-    event_type: str,
-    headers: dict[str, str],
-    content_type: str,
-    payload: bytes,
-    idempotency_key: str | None,
-    fallback_reason: str = "",
-) -> Event:
+class EventFields(TypedDict):
+    """What `accept` stores for one event (and each item of an `accept_many` batch)."""
+
+    source: Source | None
+    tenant: Tenant | None
+    event_type: str
+    headers: dict[str, str]
+    content_type: str
+    payload: bytes
+    idempotency_key: str | None
+    fallback_reason: NotRequired[str]  # why there is no tenant (the fallback lane)
+
+
+def _new_event(fields: EventFields) -> Event:
+    tenant = fields["tenant"]
+    reason = fields.get("fallback_reason", "")
     return Event(
-        source=source,
+        source=fields["source"],
         tenant=tenant,
-        event_type=event_type,
-        headers=headers,
-        content_type=content_type,
-        payload=payload,
-        idempotency_key=idempotency_key,
-        fallback_reason=fallback_reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
+        event_type=fields["event_type"],
+        headers=fields["headers"],
+        content_type=fields["content_type"],
+        payload=fields["payload"],
+        idempotency_key=fields["idempotency_key"],
+        fallback_reason=reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
     )
 
 
-def accept(
-    *,
-    source: Source | None,
-    tenant: Tenant | None,
-    event_type: str,
-    headers: dict[str, str],
-    content_type: str,
-    payload: bytes,
-    idempotency_key: str | None,
-    fallback_reason: str = "",
-) -> Accepted:
-    endpoints = destinations_for(source, tenant, event_type)
-    event = _new_event(
-        source=source,
-        tenant=tenant,
-        event_type=event_type,
-        headers=headers,
-        content_type=content_type,
-        payload=payload,
-        idempotency_key=idempotency_key,
-        fallback_reason=fallback_reason,
-    )
+def accept(**fields: Unpack[EventFields]) -> Accepted:
+    source, tenant, idempotency_key = fields["source"], fields["tenant"], fields["idempotency_key"]
+    endpoints = destinations_for(source, tenant, fields["event_type"])
+    event = _new_event(fields)
     deliveries = _deliveries_for(event, endpoints)
     # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and
     # the lock is then held for two INSERT statements, not for building them.
@@ -226,7 +214,7 @@ def accept(
 # --- batches ---------------------------------------------------------------------------------
 
 
-def _identity(item: dict) -> tuple | None:
+def _identity(item: EventFields) -> tuple | None:
     """What an idempotency key is unique within: the source, or (no source) the tenant."""
     key = item.get("idempotency_key")
     if not key:
@@ -265,7 +253,7 @@ def _stored_events(identities: set[tuple]) -> dict[tuple, Event]:
 class _Endpoints:
     """Destinations for many events with one query for all their tenants' endpoints."""
 
-    def __init__(self, items: list[dict]) -> None:
+    def __init__(self, items: list[EventFields]) -> None:
         tenant_ids = {item["tenant"].pk for item in items if item["tenant"] is not None}
         self._by_tenant: dict[int, list[tuple[Endpoint, list[str]]]] = defaultdict(list)
         if tenant_ids:
@@ -273,7 +261,7 @@ class _Endpoints:
                 self._by_tenant[endpoint.tenant_id].append((endpoint, endpoint.event_type_filter()))
         self._shared: dict[int, list[Endpoint]] = {}
 
-    def for_item(self, item: dict) -> list[Endpoint]:
+    def for_item(self, item: EventFields) -> list[Endpoint]:
         source, tenant = item["source"], item["tenant"]
         if source is not None:
             if source.pk not in self._shared:
@@ -300,7 +288,7 @@ class _Plan:
     fallbacks: dict[int, int]
 
 
-def _plan_batch(items: list[dict], endpoints: "_Endpoints") -> _Plan:
+def _plan_batch(items: list[EventFields], endpoints: "_Endpoints") -> _Plan:
     identities = {identity for identity in map(_identity, items) if identity is not None}
     stored = _stored_events(identities) if identities else {}
     plan = _Plan([], [], [], defaultdict(int))
@@ -313,7 +301,7 @@ def _plan_batch(items: list[dict], endpoints: "_Endpoints") -> _Plan:
         if earlier is not None:
             plan.results.append(Accepted(earlier, created=False, deliveries=0))
             continue
-        event = _new_event(**item)
+        event = _new_event(item)
         if identity is not None:
             first_in_batch[identity] = event
         deliveries = _deliveries_for(event, endpoints.for_item(item))
@@ -325,7 +313,7 @@ def _plan_batch(items: list[dict], endpoints: "_Endpoints") -> _Plan:
     return plan
 
 
-def accept_many(items: list[dict]) -> list[Accepted]:
+def accept_many(items: list[EventFields]) -> list[Accepted]:
     """Several events (each the keyword arguments of `accept`) in one transaction.
 
     All or nothing. Same idempotency answers as `accept` one by one, a repeat within the batch
