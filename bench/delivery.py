@@ -42,9 +42,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.dedicated import clean_redis, prepare_database  # noqa: E402
+
 REDIS_MARKER = "fairhooks:bench-delivery"
 JOB_PATH = "bench.delivery.rq_job_deliver"
 
@@ -229,26 +232,6 @@ def rq_job_deliver(delivery_id: str) -> None:
 # --- setup: a dedicated database and Redis db -----------------------------------------
 
 
-def prepare_database(url: str | None, workdir: Path) -> str:
-    if url is None:
-        return f"sqlite:///{workdir / 'bench.sqlite3'}"
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if "bench" not in name:
-        sys.exit(f"refusing to truncate database {name!r}: use a dedicated one named *bench*")
-    if parts.scheme.startswith("postgres"):
-        import psycopg
-
-        admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-        with psycopg.connect(admin, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
-            ).fetchone()
-            if not exists:
-                conn.execute(f'CREATE DATABASE "{name}"')
-    return url
-
-
 def setup_django(database_url: str, redis_url: str, workdir: Path) -> None:
     os.environ.update(
         DJANGO_SETTINGS_MODULE="webhooks.settings",
@@ -266,17 +249,6 @@ def setup_django(database_url: str, redis_url: str, workdir: Path) -> None:
 
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
-
-
-def clean_redis(redis_url: str):
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    if client.dbsize() and not client.exists(REDIS_MARKER):
-        sys.exit(f"Redis {redis_url} holds data this script did not write; refusing to flush it")
-    client.flushdb()
-    client.set(REDIS_MARKER, "1")
-    return client
 
 
 def make_payload(rng: random.Random, tenant: int, index: int, size: int) -> bytes:
@@ -491,7 +463,7 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
     from delivery.scheduler import Scheduler
 
     reset_deliveries()
-    clean_redis(opts.redis_url)
+    clean_redis(opts.redis_url, REDIS_MARKER)
     reset_scheduler()
     receiver.reset()
     workers = Workers(
@@ -596,7 +568,7 @@ def run_rq_jobs(opts, receiver, redis_client, deliveries, database_url, workdir)
     from rq import Queue
 
     reset_deliveries()
-    clean_redis(opts.redis_url)
+    clean_redis(opts.redis_url, REDIS_MARKER)
     receiver.reset()
     worker_class = "rq.worker.Worker" if opts.rq_fork else "rq.worker.SimpleWorker"
     workers = Workers(
@@ -731,7 +703,7 @@ def main() -> None:
     try:
         database_url = prepare_database(opts.database_url, workdir)
         setup_django(database_url, opts.redis_url, workdir)
-        redis_client = clean_redis(opts.redis_url)
+        redis_client = clean_redis(opts.redis_url, REDIS_MARKER)
         receiver = Receiver()
         started = time.monotonic()
         deliveries = create_backlog(

@@ -57,9 +57,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.dedicated import clean_redis, prepare_database  # noqa: E402
+
 REDIS_MARKER = "fairhooks:bench-ingest"
 SOURCE_SLUG = "shop"
 SOURCE_SECRET = "bench-shopify-secret"
@@ -68,37 +71,6 @@ BATCH_GOAL_PER_S = 5000.0
 
 
 # --- setup ---------------------------------------------------------------------------------
-
-
-def prepare_database(url: str | None, workdir: Path) -> str:
-    if url is None:
-        return f"sqlite:///{workdir / 'bench.sqlite3'}"
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if "bench" not in name:
-        sys.exit(f"refusing to flush database {name!r}: use a dedicated one named *bench*")
-    if parts.scheme.startswith("postgres"):
-        import psycopg
-
-        admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
-        with psycopg.connect(admin, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
-            ).fetchone()
-            if not exists:
-                conn.execute(f'CREATE DATABASE "{name}"')
-    return url
-
-
-def clean_redis(redis_url: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    if client.dbsize() and not client.exists(REDIS_MARKER):
-        sys.exit(f"Redis {redis_url} holds data this script did not write; refusing to flush it")
-    client.flushdb()
-    client.set(REDIS_MARKER, "1")
-    client.close()
 
 
 # Migrating needs no metrics collector (an app's ready() may query tables a fresh database
@@ -490,7 +462,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     (workdir / "var").mkdir()
     database_url = prepare_database(opts.database_url, workdir)
-    clean_redis(opts.redis_url)
+    clean_redis(opts.redis_url, REDIS_MARKER).close()
     env = base_env(database_url, opts.redis_url, workdir)
     print(f"database {database_url.split('@')[-1]}, redis {opts.redis_url}", flush=True)
     token = prepare(opts, env)
@@ -544,7 +516,7 @@ def main() -> None:
     print(json.dumps({key: results[key] for key in results if key not in ("single", "batch")}))
     if opts.json:
         Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
-    clean_redis(opts.redis_url)
+    clean_redis(opts.redis_url, REDIS_MARKER).close()
     if keeper is not None:
         keeper.close()
     if opts.keep:
