@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
+from delivery.simulation.environment import Workers  # noqa: E402
 
 REDIS_MARKER = "fairhooks:bench-delivery"
 JOB_PATH = "bench.delivery.rq_job_deliver"
@@ -338,47 +339,6 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.05) -> No
         time.sleep(interval)
 
 
-class Workers:
-    """W `manage.py rqworker` processes, started together, logs in the work dir."""
-
-    def __init__(self, args: list[str], env: dict, count: int, logdir: Path, label: str) -> None:
-        self.processes = []
-        self.logs = []
-        for index in range(count):
-            log = open(logdir / f"{label}-{index}.log", "w")  # noqa: SIM115 - closed in stop()
-            self.logs.append(log)
-            self.processes.append(
-                subprocess.Popen(
-                    [sys.executable, "manage.py", "rqworker", *args],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-
-    def check_alive(self) -> None:
-        for process, log in zip(self.processes, self.logs, strict=True):
-            if process.poll() is not None:
-                raise RuntimeError(f"worker exited early ({process.returncode}); see {log.name}")
-
-    def cpu(self) -> float:
-        return sum(cpu_seconds(p.pid) for p in self.processes)
-
-    def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        for log in self.logs:
-            log.close()
-
-
 def worker_env(opts, database_url: str, workdir: Path, **extra: str) -> dict:
     return {
         **os.environ,
@@ -393,14 +353,8 @@ def worker_env(opts, database_url: str, workdir: Path, **extra: str) -> dict:
     }
 
 
-def wait_registered(redis_client, count: int, workers: Workers) -> None:
-    from rq import Worker
-
-    def ready() -> bool:
-        workers.check_alive()
-        return len(Worker.all(connection=redis_client)) >= count
-
-    wait_for(ready, 60, "workers to register in RQ", 0.1)
+def workers_cpu(workers: Workers) -> float:
+    return sum(cpu_seconds(process.pid) for process in workers.processes)
 
 
 class Probe:
@@ -466,16 +420,10 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
     clean_redis(opts.redis_url, REDIS_MARKER)
     reset_scheduler()
     receiver.reset()
-    workers = Workers(
-        ["default", "maintenance"],
-        worker_env(opts, database_url, workdir),
-        opts.workers,
-        workdir,
-        "ours",
-    )
+    workers = Workers(opts.workers, worker_env(opts, database_url, workdir), workdir, "ours")
     try:
-        wait_registered(redis_client, opts.workers, workers)
-        cpu_before = workers.cpu()
+        workers.wait_registered(redis_client, 60)
+        cpu_before = workers_cpu(workers)
         probe = Probe(redis_client)
         scheduler = Scheduler.from_settings()
         scheduler.start_epoch()  # else the sweeper takes the flushed db for a lost schedule
@@ -484,7 +432,7 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
             scheduler.enqueue(items[start : start + 1000])
         profilers = start_profilers(opts, workers, workdir)
         result = probe.stop(drain(receiver, len(deliveries), workers, opts.timeout, True))
-        result["client_cpu"] = workers.cpu() - cpu_before
+        result["client_cpu"] = workers_cpu(workers) - cpu_before
         stop_profilers(profilers)
     finally:
         workers.stop()
@@ -572,26 +520,26 @@ def run_rq_jobs(opts, receiver, redis_client, deliveries, database_url, workdir)
     receiver.reset()
     worker_class = "rq.worker.Worker" if opts.rq_fork else "rq.worker.SimpleWorker"
     workers = Workers(
-        ["default", "--worker-class", worker_class],
-        worker_env(opts, database_url, workdir, RQ_WORKER_CLASS=worker_class),
         opts.workers,
+        worker_env(opts, database_url, workdir, RQ_WORKER_CLASS=worker_class),
         workdir,
         "rq",
+        args=["default", "--worker-class", worker_class],
     )
     try:
-        wait_registered(redis_client, opts.workers, workers)
+        workers.wait_registered(redis_client, 60)
         queue = Queue("default", connection=redis_client)
         jobs = [
             Queue.prepare_data(JOB_PATH, args=(d.id,), result_ttl=0, failure_ttl=3600)
             for d in deliveries
         ]
-        cpu_before = workers.cpu()
+        cpu_before = workers_cpu(workers)
         probe = Probe(redis_client)
         with redis_client.pipeline() as pipe:  # released in one go
             queue.enqueue_many(jobs, pipeline=pipe)
             pipe.execute()
         result = probe.stop(drain(receiver, len(deliveries), workers, opts.timeout, True))
-        result["client_cpu"] = workers.cpu() - cpu_before
+        result["client_cpu"] = workers_cpu(workers) - cpu_before
     finally:
         workers.stop()
     return result

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.test import RequestFactory
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from delivery.models import Delivery
 from tests import signing
+from tests.delivery_helpers import database_url_for_subprocesses
 from tests.factories import make_endpoint, make_source, make_tenant
 from webhooks import views
 from webhooks.models import Event, Source
@@ -404,16 +404,6 @@ def test_unknown_and_inactive_sources_are_404(client, gen) -> None:
 # --- a real server: chunked, missing and lying Content-Length --------------------------------
 
 
-def _database_url() -> str:
-    settings_dict = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{settings_dict['NAME']}"
-    user = settings_dict.get("USER") or "postgres"
-    host = settings_dict.get("HOST") or "127.0.0.1"
-    port = settings_dict.get("PORT") or "5432"
-    return f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -434,7 +424,7 @@ run()
 @pytest.fixture(scope="module")
 def server(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
-        database_url = _database_url()
+        database_url = database_url_for_subprocesses()
     port = _free_port()
     env = {
         **os.environ,

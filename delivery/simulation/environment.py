@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -136,9 +137,17 @@ def child_env(database_url: str, redis_url: str, workdir: Path, **extra: str) ->
 
 
 class Workers:
-    """`manage.py rqworker default maintenance` processes: the real delivery workers."""
+    """`manage.py rqworker default maintenance` processes: the real delivery workers (or,
+    with other `args`, any rqworker: the benchmarks also start plain RQ workers)."""
 
-    def __init__(self, count: int, env: dict[str, str], logdir: Path, label: str) -> None:
+    def __init__(
+        self,
+        count: int,
+        env: dict[str, str],
+        logdir: Path,
+        label: str,
+        args: Sequence[str] = ("default", "maintenance"),
+    ) -> None:
         self.processes: list[subprocess.Popen] = []
         self.logs: list[IO[str]] = []
         for index in range(count):
@@ -146,7 +155,7 @@ class Workers:
             self.logs.append(log)
             self.processes.append(
                 subprocess.Popen(
-                    [sys.executable, "manage.py", "rqworker", "default", "maintenance"],
+                    [sys.executable, "manage.py", "rqworker", *args],
                     cwd=ROOT,
                     env=env,
                     stdout=log,
