@@ -19,6 +19,7 @@ from delivery.models import Delivery
 from tenants.models import EndpointSecret, Tenant
 from tests import signing
 from tests.factories import make_endpoint, make_source, make_tenant
+from tests.http_receivers import HangingServer
 from webhooks import views
 from webhooks.models import Event, Source, SourceSecret
 
@@ -282,6 +283,36 @@ def test_redis_unavailable_still_acknowledges_and_the_sweeper_schedules_later(
     assert get_scheduler().snapshot().fresh_depth == 1
     delivery.refresh_from_db()
     assert not delivery.needs_schedule
+
+
+def test_a_hanging_redis_delays_ingest_by_its_timeout_never_more(
+    client, shop_source, settings
+) -> None:
+    """A Redis that accepts connections and never answers (a partition, a stopped
+    process) costs each request a bounded wait; the event is stored and acknowledged."""
+    from delivery import enqueueing
+
+    make_tenant("a.example")
+    real_url = settings.REDIS_URL
+    settings.REDIS_SOCKET_TIMEOUT = 1.0
+    with HangingServer() as hanging:
+        settings.REDIS_URL = f"redis://127.0.0.1:{hanging.port}/0"
+        enqueueing.reset_scheduler()
+        try:
+            timings = []
+            for n in range(3):
+                started = time.monotonic()
+                response = post_shopify(client, json.dumps({"n": n}).encode())
+                timings.append(time.monotonic() - started)
+                assert response.status_code == 202
+        finally:
+            settings.REDIS_URL = real_url
+            enqueueing.reset_scheduler()
+    # The first request waits out the key counting and the enqueue (1 s each); then
+    # counting pauses and only the enqueue's timeout is paid.
+    assert timings[0] < 4.0, timings
+    assert max(timings[1:]) < 2.5, timings
+    assert Delivery.objects.filter(needs_schedule=True).count() == 3
 
 
 # --- each signature scheme end to end ---------------------------------------------------------

@@ -26,6 +26,7 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from weakref import WeakKeyDictionary
 
 import redis
 from django.conf import settings
@@ -97,14 +98,23 @@ def _connection() -> redis.Redis:
     return get_scheduler().connection
 
 
+# After a Redis error, counting pauses this long (per client): with Redis hanging, each ingest would
+# otherwise wait out a socket timeout here before the one its enqueue waits out anyway.
+PAUSE_AFTER_ERROR_SECONDS = 5.0
+_paused_until: "WeakKeyDictionary[redis.Redis, float]" = WeakKeyDictionary()
+
+
 def note_key(source: Source, key: str, *, known: bool) -> None:
     """Count `key` as seen at `source` (and as unknown unless it named a tenant)."""
+    connection = _connection()
+    if time.monotonic() < _paused_until.get(connection, 0.0):
+        return
     now = time.time()
     size = _bucket_seconds(window_seconds())
     bucket = int(now // size)
     ttl = window_seconds() + size  # a bucket lives as long as some window still covers it
     try:
-        pipe = _connection().pipeline(transaction=False)
+        pipe = connection.pipeline(transaction=False)
         kinds = (SEEN,) if known else (SEEN, UNKNOWN)
         for kind in kinds:
             name = _key(source.pk, kind, bucket)
@@ -112,7 +122,10 @@ def note_key(source: Source, key: str, *, known: bool) -> None:
             pipe.expire(name, ttl)
         pipe.execute()
     except redis.RedisError as exc:
-        logger.debug("fairness-key counting skipped for %s: %s", source.slug, exc)
+        _paused_until[connection] = time.monotonic() + PAUSE_AFTER_ERROR_SECONDS
+        logger.warning(
+            "fairness-key counting paused for %.0f s (Redis: %s)", PAUSE_AFTER_ERROR_SECONDS, exc
+        )
 
 
 def distinct_keys(sources: list[Source], kind: str) -> dict[int, int] | None:

@@ -124,6 +124,10 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(
         f"REDIS_URL={REDIS_URL!r} is not valid: expected redis://, rediss:// or unix://."
     )
+# A Redis that hangs (not one that refuses) must not hang ingest or a delivery slot: every
+# command of the schedule's client gives up after this long (options in REDIS_URL win).
+REDIS_SOCKET_TIMEOUT = env_float("REDIS_SOCKET_TIMEOUT", 3.0, minimum=0.5)
+REDIS_CONNECT_TIMEOUT = env_float("REDIS_CONNECT_TIMEOUT", 1.0, minimum=0.1)
 
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},

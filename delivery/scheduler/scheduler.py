@@ -36,9 +36,12 @@ def _rate(value: float | None, what: str) -> str:
 
 
 @cache
-def _client(url: str) -> redis.Redis:
-    """One client (one connection pool) per URL and process."""
-    return redis.Redis.from_url(url)
+def _client(url: str, socket_timeout: float | None, connect_timeout: float | None) -> redis.Redis:
+    """One client (one connection pool) per URL, timeouts and process. Options given in
+    the URL itself (`?socket_timeout=...`) take precedence over these."""
+    return redis.Redis.from_url(
+        url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout
+    )
 
 
 class Scheduler:
@@ -85,7 +88,11 @@ class Scheduler:
         from django.conf import settings
 
         return cls(
-            _client(settings.REDIS_URL),
+            _client(
+                settings.REDIS_URL,
+                getattr(settings, "REDIS_SOCKET_TIMEOUT", None),
+                getattr(settings, "REDIS_CONNECT_TIMEOUT", None),
+            ),
             mode=settings.SCHEDULER_MODE,
             shard=settings.SCHEDULER_SHARD,
             turn_size=settings.SCHEDULER_TURN_SIZE,
@@ -175,7 +182,11 @@ class Scheduler:
         blocked work costs no CPU."""
         if timeout <= 0:
             return
-        # A client socket timeout shorter than ours ends the wait early: same as a timeout.
+        # Block for less than the client's socket timeout, which would otherwise cut the
+        # wait short and drop the connection (the next command would reconnect).
+        limit = self.connection.connection_pool.connection_kwargs.get("socket_timeout")
+        if limit:
+            timeout = max(0.01, min(timeout, limit * 0.8))
         with contextlib.suppress(redis.TimeoutError):
             self.connection.blpop([self.keys.wake], timeout=timeout)
 
