@@ -45,8 +45,20 @@ class DeliveryWorker(SimpleWorker):
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
 
     # RQ's main loop quits on any Redis error outside its dequeue call (the suspension
-    # check, registry cleaning, the heartbeat after a job). A delivery worker must ride
-    # out an outage instead: skip the step, and let the dequeue back off and reconnect.
+    # check, registry cleaning, the heartbeat after a job), and so does its start-up after
+    # the worker registered (the pub/sub subscription for `rq` commands, the state). A
+    # delivery worker must ride out an outage instead: skip the step, and let the dequeue
+    # back off and reconnect. (Registering itself still needs Redis: a worker that cannot
+    # reach Redis at all exits, for its supervisor to restart.)
+    def subscribe(self) -> None:
+        self._outside_an_outage("pub/sub subscription (rq commands)", super().subscribe)
+
+    def set_state(self, state: str, pipeline=None) -> None:
+        if pipeline is not None:  # queued, not sent: nothing can fail here
+            super().set_state(state, pipeline)
+        else:
+            self._outside_an_outage(f"state update ({state})", super().set_state, state)
+
     def check_for_suspension(self, burst: bool) -> None:
         self._outside_an_outage("suspension check", super().check_for_suspension, burst)
 

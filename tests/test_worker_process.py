@@ -104,8 +104,11 @@ def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:
     connection = redis.Redis.from_url(private_redis.url)
     worker = DeliveryWorker(["default"], connection=connection)
     private_redis.stop()
+    worker.subscribe()  # start-up steps after registering, when Redis goes right then
+    worker.set_state("started")
     worker.check_for_suspension(burst=False)
     worker.run_maintenance_tasks()
     worker.heartbeat()
+    worker.unsubscribe()  # teardown copes with the subscription that never happened
     with pytest.raises(redis.ConnectionError):  # the outage is real, not a stub
         connection.ping()

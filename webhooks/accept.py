@@ -328,7 +328,13 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
     endpoints = _Endpoints(items)
     for attempt in range(_BULK_ATTEMPTS):
         plan = _plan_batch(items, endpoints)
-        inserts = [plain_insert.prepare(plan.events), plain_insert.prepare(plan.deliveries)]
+        # Events go in by idempotency key: concurrent batches that share keys then take
+        # the unique index's row locks in one order, and cannot deadlock (PostgreSQL
+        # aborted one of two batches sending the same keys in opposite orders).
+        events = sorted(
+            plan.events, key=lambda e: (e.idempotency_key is None, e.idempotency_key or "")
+        )
+        inserts = [plain_insert.prepare(events), plain_insert.prepare(plan.deliveries)]
         try:
             with transaction.atomic():
                 plain_insert.execute(inserts)
