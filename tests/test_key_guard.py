@@ -162,3 +162,33 @@ def test_the_guard_needs_no_redis_to_trip(client, source, settings) -> None:
         assert key_hygiene.counts([source])[source.pk].seen is None
     finally:
         reset_scheduler()
+
+
+def test_changing_the_fairness_key_in_the_admin_resumes_auto_registration(client) -> None:
+    source = make_source("misconfigured", secret="", auto_register_tenants=True)
+    key_hygiene.suspend(source, "1000 tenants registered in the last hour (limit 1000)")
+    client.force_login(User.objects.create_superuser("ops", password="pw"))
+    form = {
+        "slug": source.slug,
+        "name": "",
+        "scheme": Source.HMAC_SHA256,
+        "hmac_header": "X-Signature",
+        "hmac_encoding": "hex",
+        "hmac_prefix": "",
+        "auto_register_tenants": "on",
+        "is_active": "on",
+        "secrets-TOTAL_FORMS": 0,
+        "secrets-INITIAL_FORMS": 0,
+    }
+    url = f"/admin/webhooks/source/{source.pk}/change/"
+
+    unchanged = client.post(url, {**form, "fairness_key": source.fairness_key})
+    assert unchanged.status_code == 302
+    assert fresh(source).auto_register_suspended_at is not None  # other edits do not resume
+
+    fixed = client.post(url, {**form, "fairness_key": "body.shop.domain"})
+    assert fixed.status_code == 302
+    resumed = fresh(source)
+    assert resumed.fairness_key == "body.shop.domain"
+    assert resumed.auto_register_suspended_at is None
+    assert resumed.auto_register_resumed_at is not None

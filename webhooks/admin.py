@@ -58,8 +58,8 @@ class SourceAdmin(admin.ModelAdmin):
             format_html(
                 '<strong style="color:#ba2121">Auto-registration suspended since {}:</strong> '
                 "{}. New keys use the fallback lane (their events are still delivered). It "
-                "resumes by itself after a quiet {}, or use the action "
-                '"Resume auto-registration" once the key is fixed.<br>',
+                "resumes by itself after a quiet {}, when you save a new fairness key "
+                'below, or with the action "Resume auto-registration".<br>',
                 obj.auto_register_suspended_at.strftime("%Y-%m-%d %H:%M %Z"),
                 obj.auto_register_suspended_reason,
                 key_hygiene.window_phrase(),
@@ -85,6 +85,13 @@ class SourceAdmin(admin.ModelAdmin):
             key_hygiene.resume(source, by=f"operator {request.user}")
             resumed += 1
         messages.info(request, f"Auto-registration resumed for {resumed} source(s).")
+
+    def save_model(self, request, obj: Source, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        # A new key location is the usual fix for an unbounded key: count afresh from it.
+        if change and "fairness_key" in form.changed_data and obj.auto_register_suspended_at:
+            key_hygiene.resume(obj, by=f"operator {request.user} (fairness key changed)")
+            messages.info(request, "Auto-registration resumed: the fairness key changed.")
 
     def changelist_view(self, request, extra_context=None):
         # On GET only: after an action's POST the redirect would show them twice.
