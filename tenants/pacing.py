@@ -385,7 +385,7 @@ def _explain_rate_limit(facts: TenantFacts, rate: str, clears: str, safe: str) -
     )
 
 
-def live_endpoint_fields(row: EndpointRow | None, *, tz: tzinfo | None = None) -> dict:
+def live_endpoint_fields(row: EndpointRow | None) -> dict:
     """The EndpointFacts fields a scheduler snapshot knows (in flight, parked lanes, its
     rate and pause); empty when the endpoint is not in the snapshot."""
     if row is None:
@@ -395,7 +395,7 @@ def live_endpoint_fields(row: EndpointRow | None, *, tz: tzinfo | None = None) -
         "in_flight": row.in_flight,
         "parked_lanes": row.parked_lanes,
         "rate_per_second": row.rate_per_second,
-        "paused_until": datetime.fromtimestamp(paused, tz or UTC) if paused else None,
+        "paused_until": datetime.fromtimestamp(paused, UTC) if paused else None,
         "rate_limited": row.rate_limited,
     }
 

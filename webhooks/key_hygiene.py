@@ -66,9 +66,9 @@ def window_seconds() -> int:
     return settings.AUTO_REGISTER_WINDOW_SECONDS
 
 
-def window_phrase(seconds: int | None = None) -> str:
-    """ "hour", "2 hours", "10 min", "30 s"."""
-    seconds = window_seconds() if seconds is None else seconds
+def window_phrase() -> str:
+    """The window in words: "hour", "2 hours", "10 min", "30 s"."""
+    seconds = window_seconds()
     if seconds % 3600 == 0:
         hours = seconds // 3600
         return "hour" if hours == 1 else f"{hours} hours"
@@ -98,8 +98,8 @@ def _connection() -> redis.Redis:
     return get_scheduler().connection
 
 
-# After a Redis error, counting pauses this long (per client): with Redis hanging, each ingest would
-# otherwise wait out a socket timeout here before the one its enqueue waits out anyway.
+# After a Redis error, counting pauses this long (per client): with Redis hanging, each
+# ingest would otherwise wait out a socket timeout here before the one its enqueue waits.
 PAUSE_AFTER_ERROR_SECONDS = 5.0
 _paused_until: "WeakKeyDictionary[redis.Redis, float]" = WeakKeyDictionary()
 
@@ -128,17 +128,24 @@ def note_key(source: Source, key: str, *, known: bool) -> None:
         )
 
 
-def distinct_keys(sources: list[Source], kind: str) -> dict[int, int] | None:
-    """Distinct keys per source over the last window (one round trip); None without Redis."""
+def distinct_keys(
+    sources: list[Source], kinds: tuple[str, ...] = (SEEN, UNKNOWN)
+) -> dict[str, dict[int, int]] | None:
+    """kind -> distinct keys per source over the last window, all in one round trip;
+    None without Redis."""
     now = time.time()
+    wanted = [(kind, source) for kind in kinds for source in sources]
     try:
         pipe = _connection().pipeline(transaction=False)
-        for source in sources:
+        for kind, source in wanted:
             pipe.pfcount(*_window_keys(source.pk, kind, now))
-        counts = pipe.execute()
+        answers = pipe.execute()
     except redis.RedisError:
         return None
-    return {source.pk: int(count) for source, count in zip(sources, counts, strict=True)}
+    found: dict[str, dict[int, int]] = {kind: {} for kind in kinds}
+    for (kind, source), count in zip(wanted, answers, strict=True):
+        found[kind][source.pk] = int(count)
+    return found
 
 
 def _counting_since(source: Source, now: datetime) -> datetime:
@@ -156,8 +163,7 @@ def registered_recently(source: Source, now: datetime | None = None) -> int:
 
 def counts(sources: list[Source]) -> dict[int, KeyCounts]:
     """Every source's numbers for the admin and the metrics."""
-    seen = distinct_keys(sources, SEEN)
-    unknown = distinct_keys(sources, UNKNOWN)
+    distinct = distinct_keys(sources)
     now = timezone.now()
     # One grouped query for the window; a source resumed within it counts on its own.
     registered = dict(
@@ -173,8 +179,8 @@ def counts(sources: list[Source]) -> dict[int, KeyCounts]:
             registered[source.pk] = registered_recently(source, now)
     return {
         source.pk: KeyCounts(
-            seen=seen.get(source.pk) if seen is not None else None,
-            unknown=unknown.get(source.pk) if unknown is not None else None,
+            seen=distinct[SEEN][source.pk] if distinct is not None else None,
+            unknown=distinct[UNKNOWN][source.pk] if distinct is not None else None,
             registered=registered.get(source.pk, 0),
             limit=limit_for(source),
         )
@@ -209,8 +215,8 @@ def _calmed_down(source: Source, now: datetime) -> bool:
     """A whole window suspended, and under half the limit of unknown keys in it: resume."""
     if source.auto_register_suspended_at > now - timedelta(seconds=window_seconds()):
         return False
-    unknown = distinct_keys([source], UNKNOWN)
-    if unknown is None or unknown[source.pk] >= limit_for(source) / 2:
+    distinct = distinct_keys([source], (UNKNOWN,))
+    if distinct is None or distinct[UNKNOWN][source.pk] >= limit_for(source) / 2:
         return False
     resume(source, by="the guard (unknown keys calmed down)")
     return True
