@@ -55,6 +55,8 @@ def start_worker(**env: str) -> subprocess.Popen:
         "RETRY_SCHEDULE_SECONDS": "0.3,0.3,0.3",
         "RETRY_JITTER": "0",
         "LOG_LEVEL": "WARNING",
+        # A SIGABRT (or a crash) then writes every thread's stack into the worker's log.
+        "PYTHONFAULTHANDLER": "1",
         **env,
     }
     # A file, not a pipe: nobody reads a pipe while the test runs, and a worker whose

@@ -7,9 +7,11 @@ with the same webhook-id on every try. Figures measured here are in docs/RELIABI
 import json
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -95,8 +97,18 @@ def workers():
     yield start, running
     for process in running:
         if process.poll() is None:
-            process.kill()
+            # Not SIGKILL: with PYTHONFAULTHANDLER the worker writes each thread's stack to
+            # its log first, which is what a stuck worker needs to be understood.
+            process.send_signal(signal.SIGABRT)
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
         process.wait(10)
+        # Shown by pytest only when the test failed.
+        lines = Path(process.log_path).read_text(errors="replace").splitlines()
+        print(f"--- worker log {process.log_path} (exit {process.returncode}), last lines:")
+        print("\n".join(lines[-60:]))
 
 
 def delivered_ids(receiver: Recorder) -> list[str]:
