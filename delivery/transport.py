@@ -108,8 +108,7 @@ def post(
     excerpt = bytearray()
     try:
         with netguard.watch_sockets(watch.add):
-            response = session.urlopen(
-                "POST",
+            response = session.post(
                 url,
                 body=body,
                 headers={**_BASE_HEADERS, **headers},

@@ -233,6 +233,18 @@ def test_a_response_cut_at_the_cap_is_not_returned_to_the_pool(session):
     assert first.client_port != second.client_port
 
 
+def test_a_pool_evicted_by_other_hosts_is_replaced_not_used_closed() -> None:
+    # One host pool only: posting to b evicts (and closes) the pool a's URL was posting on.
+    session = netguard.GuardedPoolManager(num_pools=1, allow_private=True)
+    with Recorder() as a, Recorder() as b:
+        a_url, b_url = a.url.rstrip("/") + "/hook?x=1", b.url.rstrip("/") + "/other"
+        results = [post(session, url) for url in (a_url, b_url, a_url, b_url)]
+        paths = [request.path for request in a.wait_for(2) + b.wait_for(2)]
+    assert [result.status_code for result in results] == [200] * 4
+    assert paths == ["/hook?x=1", "/hook?x=1", "/other", "/other"]
+    session.clear()
+
+
 def test_proxy_settings_in_the_environment_are_ignored(session, monkeypatch):
     with Recorder() as proxy, Recorder() as endpoint:
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
