@@ -268,6 +268,10 @@ class GuardedPoolManager(PoolManager):
         self.allow_private = allow_private
         self._targets: dict[str, tuple[HTTPConnectionPool, str]] = {}
         super().__init__(*args, **kwargs)
+        # urllib3 2 drops an evicted pool without closing it, leaving its idle sockets to
+        # the garbage collector; pool_for may still hold it. Closed, its sockets go now
+        # (so HOST_POOLS really bounds them) and pool_for knows to look again.
+        self.pools.dispose_func = HTTPConnectionPool.close
 
     def pool_for(self, url: str) -> tuple[HTTPConnectionPool, str]:
         """The connection pool for `url`'s scheme, host and port, and the request target
