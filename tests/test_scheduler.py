@@ -615,6 +615,15 @@ def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(redis_conn):
     assert schedule_keys(other)  # another shard is untouched
 
 
+def test_clear_removes_a_schedule_larger_than_one_scan_page(redis_conn):
+    # The clear script pages through SCAN and UNLINKs in chunks; none may be left behind.
+    sched = Scheduler(redis_conn, shard=5)
+    sched.enqueue([item for tenant in range(1, 701) for item in batch(tenant, tenant, 1)])
+    assert len(schedule_keys(sched)) > 1000
+    sched.clear()
+    assert schedule_keys(sched) == set()
+
+
 def test_enqueue_with_a_future_due_at_is_delayed_until_then(redis_conn):
     clock = FakeClock()
     sched = Scheduler(redis_conn, clock=clock)

@@ -283,16 +283,9 @@ class Scheduler:
         return value
 
     def clear(self) -> None:
-        """Delete every key of this shard's schedule (before a rebuild from the database).
-        A SCAN is fine here: it runs once per rebuild, never on the hot path."""
-        batch = []
-        for key in self.connection.scan_iter(match=self.keys.prefix + "*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                self.connection.unlink(*batch)
-                batch.clear()
-        if batch:
-            self.connection.unlink(*batch)
+        """Delete every key of this shard's schedule (before a rebuild from the database),
+        atomically: enqueues racing the rebuild see all of the old schedule or none."""
+        self._scripts["clear"](keys=[self.keys.stats], args=[self.keys.prefix + "*"])
 
 
 def _member(lease: Lease) -> str:

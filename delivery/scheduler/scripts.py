@@ -21,6 +21,7 @@ _PARTS = {
     "set_endpoint": ("lib", "set_endpoint"),
     "pause_endpoint": ("lib", "pause_endpoint"),
     "snapshot": ("lib", "snapshot"),
+    "clear": ("clear",),
 }
 
 
