@@ -301,8 +301,7 @@ class GuardedPoolManager(PoolManager):
         pool, target = self.pool_for(url)
         try:
             return pool.urlopen("POST", target, assert_same_host=False, **kw)
-        except ClosedPoolError:
-            self._targets.pop(url, None)
+        except ClosedPoolError:  # now closed, so pool_for looks the URL up again
             pool, target = self.pool_for(url)
             return pool.urlopen("POST", target, assert_same_host=False, **kw)
 
