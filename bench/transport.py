@@ -7,10 +7,12 @@ keep-alive receiver (bench/delivery.py's, in its own process, answering 200 at o
 three ways, interleaved round by round so the machine's noise hits all three alike:
 
 - requests: a `requests.Session` (trust_env off, stream=True, no redirects), reading the
-  body to its end: what delivery/transport.py was built on until 2026-12-03;
-- urllib3: `PoolManager.urlopen` with no retries, no redirects, reading the body;
-- transport.post: the platform's (urllib3 underneath, plus the SSRF guard on each new
-  connection, the deadline watchdog and the capped streaming read).
+  body to its end: what delivery/transport.py was first built on;
+- urllib3: `PoolManager.urlopen` with no retries, no redirects, reading the body: what
+  it was built on next (urllib3 comes with requests);
+- transport.post: the platform's (its own HTTP/1.1 on keep-alive sockets, delivery/http11.py
+  and delivery/connections.py, with the SSRF guard on each new connection, the total
+  deadline and the capped read).
 
 Reported: the median over rounds of process CPU time per POST (the receiver's CPU is
 not counted) and the ratios. Only this thread runs, so CPU time is what it costs.

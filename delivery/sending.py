@@ -18,8 +18,8 @@ from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from delivery import records
+from delivery.connections import ConnectionPool
 from delivery.models import Delivery
-from delivery.netguard import GuardedPoolManager
 from delivery.policy import decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import post
@@ -155,7 +155,7 @@ def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
 
 
 def attempt(
-    lease: Lease, delivery: Delivery, secrets: list[str], session: GuardedPoolManager
+    lease: Lease, delivery: Delivery, secrets: list[str], session: ConnectionPool
 ) -> Finished:
     """Sign and POST once, and judge the result; nothing is written yet."""
     endpoint = delivery.endpoint

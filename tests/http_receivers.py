@@ -115,6 +115,15 @@ class Recorder(_Background):
                 raise AssertionError(f"{len(self._requests)} requests arrived, not {count}")
             return self._requests[:count]
 
+    def wait_open_connections(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until exactly `count` client connections are open (the others closed)."""
+        deadline = time.monotonic() + timeout
+        while len(self._server.open_connections) != count:
+            if time.monotonic() > deadline:
+                found = len(self._server.open_connections)
+                raise AssertionError(f"{found} connections open, not {count}")
+            time.sleep(0.01)
+
     def start(self) -> None:
         self._server = _RecordingHTTPServer(self)
         if self._ssl_context:
@@ -269,13 +278,14 @@ class _RawServer(_Background):
             self._open.discard(conn)
 
 
-def _read_request(conn: socket.socket) -> None:
-    """Consume one request (headers and a Content-Length body) so the client is not blocked."""
+def _read_request(conn: socket.socket) -> bytes:
+    """Consume one request (headers and a Content-Length body) so the client is not blocked;
+    its head, or b"" if the client closed the connection first."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
-            return
+            return b""
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     remaining = -len(body)
@@ -286,8 +296,9 @@ def _read_request(conn: socket.socket) -> None:
     while remaining > 0:
         chunk = conn.recv(min(remaining, 65536))
         if not chunk:
-            return
+            return b""
         remaining -= len(chunk)
+    return head
 
 
 class HangingServer(_RawServer):
@@ -301,6 +312,32 @@ class HangingServer(_RawServer):
         conn.sendall(self.send)
         while conn.recv(65536):  # b"" once the client closes or shuts down its socket
             pass
+
+
+class ScriptedServer(_RawServer):
+    """Answers each request with the next of `answers`, raw bytes sent as they are (the
+    last repeats), on the same connection for as long as the client keeps it, or closes
+    it after each answer (`close_after`). `heads` are the requests' heads, in order."""
+
+    def __init__(self, *answers: bytes, close_after: bool = False) -> None:
+        super().__init__()
+        self.answers = answers
+        self.close_after = close_after
+        self.heads: list[bytes] = []
+
+    def _record(self, head: bytes) -> bytes:
+        self.heads.append(head)
+        return self.answers[min(len(self.heads), len(self.answers)) - 1]
+
+    def _serve_one(self, conn: socket.socket, log: ConnectionLog) -> None:
+        conn.settimeout(None)
+        with conn, contextlib.suppress(OSError):
+            while head := _read_request(conn):
+                conn.sendall(self._record(head))
+                if self.close_after:
+                    break
+        log.closed_at = time.monotonic()
+        self._open.discard(conn)
 
 
 class DroppingServer(_RawServer):

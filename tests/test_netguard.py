@@ -7,6 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from delivery import netguard, transport
+from delivery.connections import ConnectionPool
 from delivery.netguard import is_forbidden_address, validate_destination_url
 from tests.http_receivers import Recorder
 
@@ -69,7 +70,7 @@ def test_public_addresses_are_allowed(address):
 
 
 @pytest.fixture
-def strict_session() -> Iterator[netguard.GuardedPoolManager]:
+def strict_session() -> Iterator[ConnectionPool]:
     session = transport.new_session(pool_maxsize=2, allow_private=False)
     yield session
     session.clear()
@@ -82,7 +83,7 @@ def endpoint() -> Iterator[Recorder]:
         yield recorder
 
 
-def post(session: netguard.GuardedPoolManager, url: str) -> transport.HttpResult:
+def post(session: ConnectionPool, url: str) -> transport.HttpResult:
     return transport.post(
         session, url, b"{}", {}, connect_timeout=1.0, total_timeout=2.0, response_cap_bytes=100
     )
@@ -172,17 +173,20 @@ def test_allow_private_reaches_a_local_receiver(endpoint, fake_dns):
     assert len(endpoint.wait_for(3)) == 3
 
 
-def test_every_pool_of_the_guarded_manager_checks_its_connections(strict_session):
-    """No pool (and no proxy: the manager has none) can open an unchecked socket."""
-    for scheme, port in (("http", 80), ("https", 443)):
-        pool = strict_session.connection_from_host("93.184.216.34", port, scheme=scheme)
-        assert pool.ConnectionCls in (
-            netguard.GuardedHTTPConnection,
-            netguard.GuardedHTTPSConnection,
-        )
-        assert pool.ConnectionCls.__name__.endswith(scheme.upper() + "Connection")
-        assert pool.conn_kw["allow_private"] is False
-    assert strict_session.proxy is None
+def test_the_pool_opens_its_connections_only_through_the_guard(strict_session, monkeypatch):
+    """Every new connection, http or https, is opened by open_checked_socket."""
+    opened = []
+    real = netguard.open_checked_socket
+
+    def spy(host, port, **kwargs):
+        opened.append((host, port, kwargs["allow_private"]))
+        return real(host, port, **kwargs)
+
+    monkeypatch.setattr(netguard, "open_checked_socket", spy)
+    for scheme in ("http", "https"):
+        result = post(strict_session, f"{scheme}://127.0.0.1:9/")
+        assert result.error_kind == transport.FORBIDDEN_DESTINATION
+    assert opened == [("127.0.0.1", 9, False), ("127.0.0.1", 9, False)]
 
 
 @pytest.mark.parametrize(

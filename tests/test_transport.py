@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from email.utils import formatdate
 from pathlib import Path
 
-import certifi
 import pytest
 import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delivery import netguard, transport
+from delivery import transport
+from delivery.connections import ConnectionPool
 from tests.http_receivers import (
     DroppingServer,
     FullBacklogListener,
@@ -33,16 +33,14 @@ HEADERS = {"Content-Type": "application/json", "User-Agent": "fairhooks-test", "
 
 
 @pytest.fixture
-def session() -> Iterator[netguard.GuardedPoolManager]:
+def session() -> Iterator[ConnectionPool]:
     # allow_private: the test servers are on loopback (test_netguard covers the refusal).
     session = transport.new_session(pool_maxsize=4, allow_private=True)
     yield session
     session.clear()
 
 
-def post(
-    session: netguard.GuardedPoolManager, url: str, **overrides: float
-) -> transport.HttpResult:
+def post(session: ConnectionPool, url: str, **overrides: float) -> transport.HttpResult:
     options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
     return transport.post(session, url, BODY, HEADERS, **{**options, **overrides})
 
@@ -235,16 +233,16 @@ def test_a_response_cut_at_the_cap_is_not_returned_to_the_pool(session):
     assert first.client_port != second.client_port
 
 
-def test_a_pool_evicted_by_other_hosts_is_replaced_not_used_closed() -> None:
-    # One host pool only: posting to b evicts (and closes) the pool a's URL was posting on.
-    session = netguard.GuardedPoolManager(num_pools=1, allow_private=True)
+def test_an_origin_pushed_out_by_other_hosts_has_its_connections_closed() -> None:
+    # Idle connections for one origin only: posting to b pushes a's out (and closes them).
+    session = ConnectionPool(pool_maxsize=4, allow_private=True, host_pools=1)
     with Recorder() as a, Recorder() as b:
         a_url, b_url = a.url.rstrip("/") + "/hook?x=1", b.url.rstrip("/") + "/other"
         results = [post(session, url) for url in (a_url, b_url, a_url, b_url)]
         received = a.wait_for(2) + b.wait_for(2)
+        a.wait_open_connections(1)  # the first was closed, not left to linger
     assert [result.status_code for result in results] == [200] * 4
     assert [request.path for request in received] == ["/hook?x=1", "/hook?x=1", "/other", "/other"]
-    # The evicted pool was closed with its idle socket, not kept alive beside the new one.
     assert received[0].client_port != received[1].client_port
     session.clear()
 
@@ -292,11 +290,11 @@ def test_excerpt_is_decoded_by_the_response_charset(session, content_type, body,
 
 def test_new_session_is_a_guarded_pool_that_never_reads_the_environment():
     session = transport.new_session(pool_maxsize=7, allow_private=False)
-    assert isinstance(session, netguard.GuardedPoolManager)
+    assert isinstance(session, ConnectionPool)
     assert session.allow_private is False
-    assert session.connection_pool_kw["maxsize"] == 7
-    assert session.connection_pool_kw["ca_certs"] == certifi.where()
-    assert session.proxy is None  # a PoolManager has no notion of environment proxies
+    assert session.pool_maxsize == 7
+    assert session.tls.verify_mode == ssl.CERT_REQUIRED
+    assert session.tls.check_hostname is True
 
 
 def test_nothing_is_retried_even_when_the_connection_drops(session):
@@ -305,7 +303,9 @@ def test_nothing_is_retried_even_when_the_connection_drops(session):
         result = post(session, endpoint.url)
         time.sleep(0.2)
     assert (result.status_code, result.error_kind) == (None, transport.CONNECTION)
-    assert "closed connection without response" in result.error
+    assert (
+        result.error == "connection failed: the endpoint closed the connection without a response"
+    )
     assert len(endpoint.connections) == 1
 
 
