@@ -42,6 +42,13 @@ MAX_GROUP = 256  # deliveries recorded in one transaction, at most
 CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN_MAX_AGE
 BATCH_WAIT_SECONDS = 0.002  # how long idle slots may wait to be filled together
 GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
+# Leases a worker may hold per slot, counting those sent and waiting to be recorded. A
+# recorder that falls behind (SQLite's one write lock, shared by every worker) must not
+# stall the slots: the backlog only makes its next group larger, and larger groups cost
+# less per delivery. At 2 per slot the slots sat idle behind it (bench/delivery.py
+# --events 20000: 55% of the bare loop at 4 per slot, 60-71% at 8). A worker killed
+# mid-way has at most this many per slot sent again once their leases expire.
+UNRECORDED_LEASES_PER_SLOT = 8
 _STOP = object()
 
 
@@ -154,13 +161,17 @@ class DeliveryEngine:
             connection.close()
 
     def _wait_for_room(self) -> int:
-        """Idle slots to fill, bounded so that leases waiting to be recorded stay few.
-        Under load it waits a moment for half the slots to be idle: one pick and one
-        query for several deliveries cost far less than one each."""
+        """Idle slots to fill, bounded so that leases waiting to be recorded stay within
+        UNRECORDED_LEASES_PER_SLOT per slot. Under load it waits a moment for half the
+        slots to be idle: one pick and one query for several deliveries cost far less
+        than one each."""
         settle_by = None
         with self._room:
             while not self._stopping.is_set():
-                room = min(self.slots - self._busy, 2 * self.slots - len(self._leases))
+                room = min(
+                    self.slots - self._busy,
+                    UNRECORDED_LEASES_PER_SLOT * self.slots - len(self._leases),
+                )
                 now = time.monotonic()
                 if room >= self._batch or (room > 0 and settle_by is not None and now >= settle_by):
                     return room

@@ -9,8 +9,9 @@ whose values differ.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -80,18 +81,11 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
         if status == Delivery.DELIVERED
     ]
     # Built before the transaction: on SQLite it holds the one write lock.
-    attempts = plain_insert.prepare([_attempt(item) for item in sent])
+    attempts = plain_insert.prepare_values(Attempt, [_attempt(item) for item in sent])
     with transaction.atomic():
         plain_insert.execute([attempts])
         if delivered_ids:
-            _open(delivered_ids).update(
-                status=Delivery.DELIVERED,
-                attempts=F("attempts") + 1,
-                last_error="",
-                next_attempt_at=None,
-                delivered_at=now,
-                updated_at=now,
-            )
+            _mark_delivered(delivered_ids, now)
         for item, (status, next_attempt_at) in zip(sent, plans, strict=True):
             if status != Delivery.DELIVERED:
                 changes = {
@@ -127,19 +121,49 @@ def _plan(decision: Decision, now: datetime) -> tuple[str, datetime | None]:
     return status, None
 
 
-def _attempt(item: Sent) -> Attempt:
+def _attempt(item: Sent) -> dict[str, Any]:
+    """The Attempt row for `item`, by field attname (plain_insert.prepare_values)."""
     result = item.result
-    return Attempt(
-        delivery_id=item.delivery.pk,
-        number=item.delivery.attempts + 1,
-        started_at=item.started_at,
-        duration_ms=result.duration_ms,
-        status_code=result.status_code,
-        outcome=_OUTCOME_FOR_ACTION[item.decision.action],
-        error=result.error[:500],
-        response_excerpt=result.response_excerpt,
-        request_headers=item.request_headers,
+    return {
+        "delivery_id": item.delivery.pk,
+        "number": item.delivery.attempts + 1,
+        "started_at": item.started_at,
+        "duration_ms": result.duration_ms,
+        "status_code": result.status_code,
+        "outcome": _OUTCOME_FOR_ACTION[item.decision.action],
+        "error": result.error[:500],
+        "response_excerpt": result.response_excerpt,
+        "request_headers": item.request_headers,
+    }
+
+
+def _mark_delivered(ids: Sequence[str], now: datetime) -> None:
+    """One UPDATE for all the group's delivered rows that are still open. Plain SQL: the
+    ORM compiled this statement anew for every group, at more CPU than the write."""
+    quote = connection.ops.quote_name
+    column = {name: quote(Delivery._meta.get_field(name).column) for name in _DELIVERED_SET}
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    sql = (
+        f"UPDATE {quote(Delivery._meta.db_table)} SET "  # noqa: S608 - quoted model metadata
+        f"{column['status']} = %s, {column['attempts']} = {column['attempts']} + 1, "
+        f"{column['last_error']} = '', {column['next_attempt_at']} = NULL, "
+        f"{column['delivered_at']} = %s, {column['updated_at']} = %s "
+        f"WHERE {column['id']} IN ({', '.join(['%s'] * len(ids))}) "
+        f"AND {column['status']} IN ({', '.join(['%s'] * len(Delivery.OPEN_STATUSES))})"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Delivery.DELIVERED, stamp, stamp, *ids, *Delivery.OPEN_STATUSES])
+
+
+_DELIVERED_SET = (
+    "id",
+    "status",
+    "attempts",
+    "last_error",
+    "next_attempt_at",
+    "delivered_at",
+    "updated_at",
+)
 
 
 def _open(ids: Sequence[str]):

@@ -1,9 +1,11 @@
-"""webhooks.plain_insert: rows it writes read back exactly like rows the ORM wrote (run on
-SQLite and PostgreSQL alike), and an auto-increment key is left to the database."""
+"""webhooks.plain_insert: rows it writes, from instances or from plain values, read back
+exactly like rows the ORM wrote (run on SQLite and PostgreSQL alike), and an
+auto-increment key is left to the database."""
 
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 
 from delivery.models import Attempt, Delivery
 from tests.factories import make_endpoint, make_tenant
@@ -31,11 +33,19 @@ def test_attempts_read_back_like_orm_rows_and_get_their_ids_from_the_database() 
     }
     reference = Attempt.objects.create(**values)
 
-    plain_insert.execute([plain_insert.prepare([Attempt(**values), Attempt(**values)])])
+    by_attname = {"delivery_id": delivery.pk, **values}
+    del by_attname["delivery"]
+
+    plain_insert.execute(
+        [
+            plain_insert.prepare([Attempt(**values), Attempt(**values)]),
+            plain_insert.prepare_values(Attempt, [by_attname]),
+        ]
+    )
 
     stored = list(Attempt.objects.order_by("pk"))
-    assert len(stored) == 3
-    assert len({attempt.pk for attempt in stored}) == 3  # the database numbered them
+    assert len(stored) == 4
+    assert len({attempt.pk for attempt in stored}) == 4  # the database numbered them
 
     def fields(attempt: Attempt) -> dict:
         return {
@@ -44,9 +54,38 @@ def test_attempts_read_back_like_orm_rows_and_get_their_ids_from_the_database() 
             if f.name != "id"
         }
 
-    assert fields(stored[1]) == fields(stored[2]) == fields(reference)
+    assert fields(stored[1]) == fields(stored[2]) == fields(stored[3]) == fields(reference)
 
 
 def test_nothing_to_insert_executes_nothing(django_assert_num_queries) -> None:
     with django_assert_num_queries(0):
-        plain_insert.execute([plain_insert.prepare([])])
+        plain_insert.execute([plain_insert.prepare([]), plain_insert.prepare_values(Attempt, [])])
+
+
+def test_rows_go_in_as_few_statements_as_the_parameter_limit_allows(
+    django_assert_num_queries,
+) -> None:
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant)
+    event = Event.objects.create(tenant=tenant, event_type="x", payload=b"{}")
+    delivery = Delivery.objects.create(event=event, endpoint=endpoint, tenant=tenant)
+    rows = [
+        {
+            "delivery_id": delivery.pk,
+            "number": number,
+            "started_at": datetime(2026, 12, 3, 7, 15, tzinfo=UTC),
+            "duration_ms": number,
+            "status_code": 200,
+            "outcome": Attempt.DELIVERED,
+            "error": "",
+            "response_excerpt": "",
+            "request_headers": {},
+        }
+        for number in range(1, 251)
+    ]
+    prepared = plain_insert.prepare_values(Attempt, rows)
+    columns = len(prepared[2][0])
+    per_statement = plain_insert._MAX_PARAMS[connection.vendor] // columns
+    with django_assert_num_queries(-(-len(rows) // per_statement)):
+        plain_insert.execute([prepared])
+    assert sorted(Attempt.objects.values_list("number", flat=True)) == list(range(1, 251))
