@@ -10,7 +10,7 @@ runs this engine beside its RQ loop, as a small pipeline:
   hold. Under load it lets idle slots wait up to BATCH_WAIT_SECONDS to be filled
   together: per pick and per query the cost is mostly fixed;
 * each slot signs and POSTs one delivery at a time, and touches neither the database
-  nor Redis;
+  nor Redis (except to pause an endpoint that answered 429/503 with Retry-After, at once);
 * a recorder writes what finished as one group (waiting up to GROUP_WAIT_SECONDS for
   requests still running): one transaction for the Attempts and status changes, then
   one scheduler call to acknowledge them. The database is always written before the
@@ -32,6 +32,7 @@ from django.db import close_old_connections, connection
 
 from delivery import sending
 from delivery.enqueueing import get_scheduler
+from delivery.policy import DISABLE_ENDPOINT
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import new_session
 
@@ -76,6 +77,10 @@ class DeliveryEngine:
         self._busy = 0  # deliveries handed to the slots and not yet posted
         self._batch = max(1, self.slots // 2)  # idle slots worth a pick without waiting
         self._secrets = sending.SecretCache()
+        # Endpoints a slot saw answer 410, until the recorder has disabled them in the
+        # database: the feeder holds their deliveries meanwhile instead of sending more
+        # requests to an endpoint that said it is gone.
+        self._disabling: set[int] = set()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (lease, delivery, secrets), _STOP
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
         self._feeder: threading.Thread | None = None
@@ -213,6 +218,8 @@ class DeliveryEngine:
         for lease in picked.leases:
             delivery = deliveries.get(lease.delivery_id)
             done = sending.triage(lease, delivery)
+            if done is None and delivery.endpoint_id in self._disabling:
+                done = sending.Finished(lease, held=delivery)  # its row says so soon
             if done is not None:
                 self._finished.put(done)
                 continue
@@ -226,11 +233,19 @@ class DeliveryEngine:
         while (job := self._jobs.get()) is not _STOP:
             lease, delivery, secrets = job
             try:
-                self._finished.put(sending.attempt(lease, delivery, secrets, self.session))
+                finished = sending.attempt(lease, delivery, secrets, self.session)
             except Exception:
                 # Not acknowledged: the lease expires and the delivery is tried again.
                 logger.exception("delivery %s failed inside the worker", lease.delivery_id)
                 self._forget([lease])
+            else:
+                try:
+                    sending.pause_if_asked(finished.sent, self.scheduler)
+                except redis.RedisError as exc:
+                    logger.warning("could not pause endpoint %s: %s", delivery.endpoint_id, exc)
+                if finished.sent.decision.action == DISABLE_ENDPOINT:
+                    self._disabling.add(delivery.endpoint_id)
+                self._finished.put(finished)
             finally:
                 with self._room:
                     self._busy -= 1
@@ -282,6 +297,12 @@ class DeliveryEngine:
         try:
             sending.settle(group, self.scheduler)
             self.sent += sum(item.sent is not None for item in group)
+            # Recorded: the rows now say disabled (or an operator has re-enabled since).
+            self._disabling.difference_update(
+                item.sent.delivery.endpoint_id
+                for item in group
+                if item.sent is not None and item.sent.decision.action == DISABLE_ENDPOINT
+            )
         except Exception:
             # Whatever was not acknowledged comes back when its lease expires; a delivery
             # already recorded as finished is then acknowledged without being sent.

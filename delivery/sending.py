@@ -227,7 +227,6 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
     for item, outcome in zip(attempted, recorded, strict=True):
         if outcome.status == Delivery.RETRY_SCHEDULED and outcome.next_attempt_at is not None:
             scheduler.retry_later(item.lease, outcome.next_attempt_at.timestamp())
-            _pause_if_asked(item.sent, scheduler)
         else:
             acks.setdefault(outcome.status, []).append(item.lease)
         if outcome.status != Delivery.DELIVERED:
@@ -238,9 +237,13 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
     return [outcome.status for outcome in recorded]
 
 
-def _pause_if_asked(sent: records.Sent, scheduler: Scheduler) -> None:
+def pause_if_asked(sent: records.Sent | None, scheduler: Scheduler) -> None:
     """A 429 or 503 with Retry-After pauses the whole endpoint, not just this delivery:
-    its other queued work would only hit the same wall."""
+    its other queued work would only hit the same wall. Called as soon as the answer
+    arrives, before the attempt is recorded: a worker keeps picking meanwhile, and
+    every pick before the pause would be another request into the wall."""
+    if sent is None:
+        return
     wait = sent.result.retry_after_seconds
     if sent.result.status_code in (429, 503) and wait:
         wait = min(wait, settings.RETRY_AFTER_MAX_SECONDS)
