@@ -30,7 +30,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from delivery import sending
+from delivery import loading, sending
 from delivery.enqueueing import get_scheduler
 from delivery.policy import DISABLE_ENDPOINT
 from delivery.scheduler import Lease, Scheduler
@@ -206,7 +206,7 @@ class DeliveryEngine:
         with self._leases_lock:
             self._leases.update((lease.delivery_id, lease) for lease in picked.leases)
         try:
-            deliveries = sending.load_many([lease.delivery_id for lease in picked.leases])
+            deliveries = loading.load_many([lease.delivery_id for lease in picked.leases])
             secrets = self._secrets.active({d.endpoint_id for d in deliveries.values()})
         except Exception:
             # Not acknowledged: the leases expire and the deliveries are handed out again.

@@ -8,13 +8,12 @@ together are recorded in one transaction and acknowledged in one scheduler call.
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection
+from django.db import OperationalError, close_old_connections
 from django.utils import timezone
 
 from delivery import records
@@ -23,8 +22,7 @@ from delivery.models import Delivery
 from delivery.policy import decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import post
-from tenants.models import Endpoint, EndpointSecret
-from webhooks.models import Event
+from tenants.models import EndpointSecret
 from webhooks.signatures import sign_standard_webhooks
 
 logger = logging.getLogger(__name__)
@@ -62,73 +60,6 @@ def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[st
             event.id, timestamp, bytes(event.payload), secrets
         )
     return headers
-
-
-# What sending and recording read, per table; the rest of the rows stays unread (and
-# deferred: reading another field would cost a query per row).
-_LOADED_COLUMNS = {
-    Delivery: ("id", "status", "attempts", "event_id", "endpoint_id"),
-    Event: ("id", "event_type", "content_type", "payload"),
-    Endpoint: (
-        "id",
-        "url",
-        "enabled",
-        "timeout_seconds",
-        "consecutive_failures",
-        "failing_since",
-        "last_success_at",
-    ),
-}
-
-
-def _select(model: type, columns: Sequence[str], count: int) -> str:
-    """SELECT `columns` of `model`'s rows whose primary key is one of `count` parameters."""
-    quote = connection.ops.quote_name
-    return (
-        f"SELECT {', '.join(quote(column) for column in columns)}"  # noqa: S608 - quoted
-        f" FROM {quote(model._meta.db_table)}"  # model metadata; the ids are parameters
-        f" WHERE {quote(model._meta.pk.column)} IN ({', '.join(['%s'] * count)})"
-    )
-
-
-def _rows(model: type, ids: Collection[object]) -> dict[object, Any]:
-    """`model`'s rows with these primary keys, loaded columns only, through raw(): the
-    ORM still converts each value (aware datetimes, booleans), but the SQL costs no
-    compilation (select_related + only() compiled for ~40% of a feed's CPU)."""
-    sql = _select(model, _LOADED_COLUMNS[model], len(ids))
-    return {row.pk: row for row in model.objects.raw(sql, list(ids))}
-
-
-def _plain_rows(model: type, ids: Collection[object]) -> dict[object, Any]:
-    """Like _rows, for models whose loaded columns need no conversion from what either
-    database returns (strings, integers, bytes): each row goes straight to from_db,
-    skipping raw()'s per-row column mapping and converters (~19% of a worker's CPU in
-    a profile, for the deliveries and events of every pick)."""
-    # from_db takes the values in the model's field order.
-    fields = [f for f in model._meta.concrete_fields if f.attname in _LOADED_COLUMNS[model]]
-    with connection.cursor() as cursor:
-        cursor.execute(_select(model, [f.column for f in fields], len(ids)), list(ids))
-        rows = cursor.fetchall()
-    names = [f.attname for f in fields]
-    pk_at = names.index(model._meta.pk.attname)
-    return {row[pk_at]: model.from_db(connection.alias, names, row) for row in rows}
-
-
-def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
-    """The deliveries with their event and endpoint: one query per table."""
-    if not delivery_ids:
-        return {}
-    deliveries = _plain_rows(Delivery, set(delivery_ids))
-    events = _plain_rows(Event, {d.event_id for d in deliveries.values()})
-    endpoints = _rows(Endpoint, {d.endpoint_id for d in deliveries.values()})
-    loaded = {}
-    for pk, delivery in deliveries.items():
-        event, endpoint = events.get(delivery.event_id), endpoints.get(delivery.endpoint_id)
-        if event is None or endpoint is None:
-            continue  # deleted between the queries (CASCADE): the delivery is gone too
-        delivery.event, delivery.endpoint = event, endpoint
-        loaded[pk] = delivery
-    return loaded
 
 
 class SecretCache:

@@ -5,10 +5,11 @@ import hashlib
 import hmac
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 
-from delivery import sending
+from delivery import loading
 from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
@@ -242,12 +243,15 @@ def test_load_many_reads_three_tables_once_and_what_sending_needs_costs_no_more(
     tenant = make_tenant("loader.example")
     healthy = make_endpoint(tenant, "http://127.0.0.1:9/a")
     failing = make_endpoint(tenant, "http://127.0.0.1:9/b")
-    Endpoint.objects.filter(pk=failing.pk).update(consecutive_failures=2, enabled=False)
+    failing_since = datetime(2026, 12, 3, 8, 30, 15, 250000, tzinfo=UTC)
+    Endpoint.objects.filter(pk=failing.pk).update(
+        consecutive_failures=2, enabled=False, failing_since=failing_since
+    )
     publish(tenant, "order.created", {"n": "é"})
     ids = [*Delivery.objects.values_list("id", flat=True), "01JNOTAROW0000000000000000"]
 
     with django_assert_num_queries(3):
-        loaded = sending.load_many(ids)
+        loaded = loading.load_many(ids)
         # Everything sending, triage and recording read is loaded (no deferred query).
         seen = [
             (
@@ -271,7 +275,9 @@ def test_load_many_reads_three_tables_once_and_what_sending_needs_costs_no_more(
     by_url = {row[6]: row for row in seen}
     assert by_url[healthy.url][7] is True and by_url[failing.url][7] is False
     assert by_url[failing.url][9] == 2
+    assert by_url[failing.url][10] == failing_since  # an aware datetime, as the ORM reads it
+    assert by_url[healthy.url][10] is None
     [event] = Event.objects.all()
     assert {row[5] for row in seen} == {bytes(event.payload)}
     assert {row[2] for row in seen} == {event.id}
-    assert sending.load_many([]) == {}
+    assert loading.load_many([]) == {}
