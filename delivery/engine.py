@@ -297,12 +297,6 @@ class DeliveryEngine:
         try:
             sending.settle(group, self.scheduler)
             self.sent += sum(item.sent is not None for item in group)
-            # Recorded: the rows now say disabled (or an operator has re-enabled since).
-            self._disabling.difference_update(
-                item.sent.delivery.endpoint_id
-                for item in group
-                if item.sent is not None and item.sent.decision.action == DISABLE_ENDPOINT
-            )
         except Exception:
             # Whatever was not acknowledged comes back when its lease expires; a delivery
             # already recorded as finished is then acknowledged without being sent.
@@ -310,6 +304,14 @@ class DeliveryEngine:
             close_old_connections()
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
         finally:
+            # Recorded, the rows now say disabled (or an operator re-enabled since); not
+            # recorded, the 410'd delivery comes back and is tried again: either way the
+            # rows decide from here, never a stale entry.
+            self._disabling.difference_update(
+                item.sent.delivery.endpoint_id
+                for item in group
+                if item.sent is not None and item.sent.decision.action == DISABLE_ENDPOINT
+            )
             self._forget(leases)
 
     def _forget(self, leases: list[Lease]) -> None:
