@@ -137,11 +137,23 @@ def _attempt(item: Sent) -> dict[str, Any]:
     }
 
 
+# The fields _mark_delivered's UPDATE names.
+_DELIVERED_COLUMNS = (
+    "id",
+    "status",
+    "attempts",
+    "last_error",
+    "next_attempt_at",
+    "delivered_at",
+    "updated_at",
+)
+
+
 def _mark_delivered(ids: Sequence[str], now: datetime) -> None:
     """One UPDATE for all the group's delivered rows that are still open. Plain SQL: the
     ORM compiled this statement anew for every group, at more CPU than the write."""
     quote = connection.ops.quote_name
-    column = {name: quote(Delivery._meta.get_field(name).column) for name in _DELIVERED_SET}
+    column = {name: quote(Delivery._meta.get_field(name).column) for name in _DELIVERED_COLUMNS}
     stamp = connection.ops.adapt_datetimefield_value(now)
     sql = (
         f"UPDATE {quote(Delivery._meta.db_table)} SET "  # noqa: S608 - quoted model metadata
@@ -153,17 +165,6 @@ def _mark_delivered(ids: Sequence[str], now: datetime) -> None:
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [Delivery.DELIVERED, stamp, stamp, *ids, *Delivery.OPEN_STATUSES])
-
-
-_DELIVERED_SET = (
-    "id",
-    "status",
-    "attempts",
-    "last_error",
-    "next_attempt_at",
-    "delivered_at",
-    "updated_at",
-)
 
 
 def _open(ids: Sequence[str]):
