@@ -43,13 +43,15 @@ MAX_GROUP = 256  # deliveries recorded in one transaction, at most
 CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN_MAX_AGE
 BATCH_WAIT_SECONDS = 0.002  # how long idle slots may wait to be filled together
 GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
-# Leases a worker may hold per slot, counting those sent and waiting to be recorded. A
-# recorder that falls behind (SQLite's one write lock, shared by every worker) must not
-# stall the slots: the backlog only makes its next group larger, and larger groups cost
-# less per delivery. At 2 per slot the slots sat idle behind it (bench/delivery.py
-# --events 20000: 55% of the bare loop at 4 per slot, 60-71% at 8). A worker killed
-# mid-way has at most this many per slot sent again once their leases expire.
-UNRECORDED_LEASES_PER_SLOT = 8
+# Leases a worker may hold per slot, counting those sent and waiting to be recorded.
+# More would let the slots run ahead of a recorder waiting for SQLite's write lock
+# (bench/delivery.py: 71-84% of the bare loop at 8 against 59-66% at 2), but every
+# unrecorded lease still counts against its endpoint's cap in the scheduler: at 8, a
+# shared endpoint sat at its cap on leases already answered, and per-tenant waits in
+# tests/test_chaos.py's load test spread to 0.9-13 s (1 s for every tenant at 2).
+# Fairness first; see docs/BENCHMARKS.md. A worker killed mid-way has at most this
+# many per slot sent again once their leases expire.
+UNRECORDED_LEASES_PER_SLOT = 2
 _STOP = object()
 
 
