@@ -11,6 +11,9 @@ runs this engine beside its RQ loop, as a small pipeline:
   together: per pick and per query the cost is mostly fixed;
 * each slot signs and POSTs one delivery at a time, and touches neither the database
   nor Redis (except to pause an endpoint that answered 429/503 with Retry-After, at once);
+* a releaser frees the endpoint slots of requests that are over, a batch per scheduler
+  call, so that an endpoint's cap counts open requests, not outcomes waiting to be
+  recorded (the leases themselves stay until the recorder acknowledges them);
 * a recorder writes what finished as one group (waiting up to GROUP_WAIT_SECONDS for
   requests still running): one transaction for the Attempts and status changes, then
   one scheduler call to acknowledge them. The database is always written before the
@@ -43,15 +46,14 @@ MAX_GROUP = 256  # deliveries recorded in one transaction, at most
 CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN_MAX_AGE
 BATCH_WAIT_SECONDS = 0.002  # how long idle slots may wait to be filled together
 GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
-# Leases a worker may hold per slot, counting those sent and waiting to be recorded.
-# More would let the slots run ahead of a recorder waiting for SQLite's write lock
-# (bench/delivery.py: 71-84% of the bare loop at 8 against 59-66% at 2), but every
-# unrecorded lease still counts against its endpoint's cap in the scheduler: at 8, a
-# shared endpoint sat at its cap on leases already answered, and per-tenant waits in
-# tests/test_chaos.py's load test spread to 0.9-13 s (1 s for every tenant at 2).
-# Fairness first; see docs/BENCHMARKS.md. A worker killed mid-way has at most this
-# many per slot sent again once their leases expire.
-UNRECORDED_LEASES_PER_SLOT = 2
+# Leases a worker may hold per slot, counting those sent and waiting to be recorded:
+# room for the slots to run ahead of a recorder waiting for SQLite's write lock
+# (bench/delivery.py: 71-84% of the bare loop at 8 against 59-66% at 2). The releaser
+# frees an answered lease's endpoint slot at once, so these cost no endpoint any
+# capacity (before it did, 8 broke per-tenant fairness on a shared capped endpoint; see
+# docs/BENCHMARKS.md). A worker killed mid-way has at most this many per slot sent again
+# once their leases expire.
+UNRECORDED_LEASES_PER_SLOT = 8
 _STOP = object()
 
 
@@ -85,9 +87,11 @@ class DeliveryEngine:
         self._disabling: set[int] = set()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (lease, delivery, secrets), _STOP
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
+        self._answered: queue.SimpleQueue = queue.SimpleQueue()  # Lease or _STOP
         self._feeder: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
         self._recorder: threading.Thread | None = None
+        self._releaser: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
         self.sent = 0
 
@@ -95,6 +99,7 @@ class DeliveryEngine:
         for index in range(self.slots):
             self._threads.append(self._spawn(self._slot_loop, f"delivery-slot-{index}"))
         self._recorder = self._spawn(self._record_loop, "delivery-recorder")
+        self._releaser = self._spawn(self._release_loop, "slot-releaser")
         self._feeder = self._spawn(self._feed_loop, "delivery-feeder")
         self._renewer = self._spawn(self._renew_loop, "lease-renewer")
         logger.info("delivery engine %s started with %d slots", self.worker_id, self.slots)
@@ -128,11 +133,13 @@ class DeliveryEngine:
             self._jobs.put(_STOP)
         for thread in self._threads:
             join(thread)
+        self._answered.put(_STOP)
         self._finished.put(_STOP)
         join(self._recorder)
+        join(self._releaser)
         finished = not self.in_flight() and not any(
             thread is not None and thread.is_alive()
-            for thread in (self._feeder, self._recorder, *self._threads)
+            for thread in (self._feeder, self._recorder, self._releaser, *self._threads)
         )
         self._closed.set()
         if finished:
@@ -246,7 +253,11 @@ class DeliveryEngine:
                 except redis.RedisError as exc:
                     logger.warning("could not pause endpoint %s: %s", delivery.endpoint_id, exc)
                 if finished.sent.decision.action == DISABLE_ENDPOINT:
+                    # Its slot stays taken until the disable is recorded: other workers
+                    # then send no more to an endpoint that said it is gone meanwhile.
                     self._disabling.add(delivery.endpoint_id)
+                else:
+                    self._answered.put(lease)
                 self._finished.put(finished)
             finally:
                 with self._room:
@@ -255,6 +266,27 @@ class DeliveryEngine:
                     # for more) and when there is enough to pick at once, not every time.
                     if self.slots - self._busy in (1, self._batch):
                         self._room.notify()
+
+    # --- releaser: free the endpoint slots of requests that are over -----------------
+
+    def _release_loop(self) -> None:
+        """One scheduler call for everything answered since the last one: the batch
+        grows by itself while a call is under way."""
+        stopping = False
+        while not stopping:
+            leases = [self._answered.get()]
+            while True:
+                try:
+                    leases.append(self._answered.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = any(lease is _STOP for lease in leases)
+            leases = [lease for lease in leases if lease is not _STOP]
+            try:
+                self.scheduler.answered(leases)
+            except redis.RedisError as exc:
+                # Nothing is lost: the recorder's acknowledgement frees the slots too.
+                logger.warning("could not free %d endpoint slots early: %s", len(leases), exc)
 
     # --- recorder: group commits, then one acknowledgement per group -----------------
 

@@ -186,6 +186,34 @@ def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -
     assert get_scheduler().snapshot().deferrals_total > 0
 
 
+def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(
+    engine, monkeypatch
+) -> None:
+    # The recorder is held up (as by a busy database): answered requests wait to be
+    # recorded, yet the endpoint's one slot goes to the next delivery as each answer comes.
+    from delivery import engine as engine_module
+
+    recording_allowed = threading.Event()
+    settle = engine_module.sending.settle
+
+    def held_settle(group, scheduler):
+        recording_allowed.wait(10)
+        return settle(group, scheduler)
+
+    monkeypatch.setattr(engine_module.sending, "settle", held_settle)
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url, max_in_flight=1)
+        for i in range(4):
+            publish(tenant, "x", {"i": i})
+        engine(slots=2)
+        requests = receiver.wait_for(4)
+        assert statuses() == {Delivery.PENDING: 4}  # none recorded yet
+        recording_allowed.set()
+        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 4})
+    assert [r.json()["i"] for r in requests] == [0, 1, 2, 3]
+
+
 def test_first_attempts_keep_arrival_order_per_endpoint(engine) -> None:
     with Recorder() as receiver:
         tenant = make_tenant("acme")

@@ -91,8 +91,11 @@ def check_invariants(sched: Scheduler) -> Counter:
     leases = [m.split("|") for m in strings(r.zrange(keys.leases, 0, -1))]
     delayed = [m.split("|") for m in strings(r.zrange(keys.delayed, 0, -1))]
     fifo = [m.split("|") for m in strings(r.lrange(keys.fifo, 0, -1))]
+    answered = {m.decode() for m in r.smembers(keys.prefix + "answered")}
+    assert answered <= set(strings(r.zrange(keys.leases, 0, -1))), "an answered lease leaked"
+    open_leases = [m for m in leases if "|".join(m) not in answered]  # still holding a slot
     busy = {e.decode(): int(s) for e, s in r.zrange(keys.busy, 0, -1, withscores=True)}
-    assert busy == dict(Counter(e for _, _, e, _, _ in leases))
+    assert busy == dict(Counter(e for _, _, e, _, _ in open_leases))
     if sched.mode == "fair":
         # Liveness: a parked lane has something that will offer it its endpoint again: a
         # lease whose end calls fill, a token due (a pick wakes it), a candidate lane of
@@ -105,7 +108,7 @@ def check_invariants(sched: Scheduler) -> Counter:
             woken = busy.get(e, 0) > 0 or e in awaited or e in candidates or cap == 0
             assert woken, f"lane {t}:{e}:{k} is parked with nothing to wake it"
     for e, in_flight in busy.items():
-        retry_leases = sum(1 for _, _, le, k, _ in leases if le == e and k == "r")
+        retry_leases = sum(1 for _, _, le, k, _ in open_leases if le == e and k == "r")
         assert int(r.hget(keys.prefix + f"e:{e}", "ri") or 0) == retry_leases
         assert in_flight >= 0
 
@@ -368,6 +371,52 @@ def test_a_crashed_workers_leases_are_reclaimed_a_bounded_number_per_pick(redis_
     assert sched.snapshot().in_flight == 10 - 4 + 1
     assert first.wait_seconds == 0
     assert len(drain(sched)) == 10 - 1
+
+
+def test_an_answered_lease_frees_its_endpoint_slot_but_stays_until_acknowledged(redis_conn):
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(2, 1, 3, max_in_flight=1))
+    (first,) = sched.pick("w", 5).leases
+    assert sched.pick("w", 5).leases == []  # the cap holds the second back
+
+    assert sched.answered([first]) == 1
+    (second,) = sched.pick("w", 5).leases
+
+    assert second.tenant_id != first.tenant_id  # the parked lane got the slot, by turns
+    assert sched.snapshot().in_flight == 2  # both leases live: neither is recorded yet
+    assert sched.answered([first]) == 0  # answering twice frees nothing more
+    check_invariants(sched)
+    assert sched.ack([first]) == []  # the ack drops the lease without freeing a slot again
+    assert sched.pick("w", 5).leases == []  # `second` still holds the only slot
+    check_invariants(sched)
+    assert sched.answered([second]) == 1 and sched.retry_later(second, due_at=T0)
+    assert len(sched.pick("w", 5).leases) == 1
+    check_invariants(sched)
+
+
+def test_an_answered_lease_of_a_dead_worker_comes_back_without_freeing_its_slot_twice(
+    redis_conn,
+):
+    clock = FakeClock()
+    sched = Scheduler(redis_conn, clock=clock, lease_seconds=5)
+    work = batch(1, 1, 3, lane="retry", max_in_flight=2, retry_max_in_flight=2)
+    sched.enqueue(work)
+    dead, alive = sched.pick("dies", 5).leases
+    sched.answered([dead])  # the worker died after the answer, before recording it
+    (third,) = sched.pick("w", 5).leases
+    clock.advance(6)
+    assert sched.renew([alive, third]) == []
+
+    # The pick reclaims `dead`: its delivery is queued again, but the slot it freed when
+    # answered is not freed a second time, so the cap still counts `alive` and `third`.
+    assert sched.pick("w", 5).leases == []
+    check_invariants(sched)
+    assert sched.answered([dead]) == 0  # too late: the lease is gone
+    sched.ack([third])
+    (again,) = sched.pick("w", 5).leases
+
+    assert again.delivery_id == dead.delivery_id == work[0].delivery_id
+    check_invariants(sched)
 
 
 # --- retries --------------------------------------------------------------------------

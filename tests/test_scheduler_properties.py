@@ -148,7 +148,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         endpoint is within its caps now (leases from before a cap was lowered may exceed
         it, but then nothing more of that kind may be granted)."""
         r, keys = self.sched.connection, self.sched.keys
-        leases = [m.decode().split("|") for m in r.zrange(keys.leases, 0, -1)]
+        answered = r.smembers(keys.prefix + "answered")  # over: they hold no slot
+        leases = [m.decode().split("|") for m in r.zrange(keys.leases, 0, -1) if m not in answered]
         for e in {lease.endpoint_id for lease in granted}:
             m, rm = (int(v) for v in r.hmget(keys.endpoint(e), "m", "rm"))
             assert sum(1 for x in leases if x[2] == str(e)) <= m
@@ -166,6 +167,13 @@ class ScheduleMachine(RuleBasedStateMachine):
                 assert lease.deadline <= self.clock.now, "a live lease was lost"
             else:
                 self.queued.discard(lease.delivery_id)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def answered(self, data):
+        """Requests over, not yet recorded: their slots free up, the leases stay."""
+        tokens = data.draw(st.lists(st.sampled_from(sorted(self.held)), min_size=1, unique=True))
+        self.sched.answered([self.held[token] for token in tokens])
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), delay=st.sampled_from((0, 3, 20)))

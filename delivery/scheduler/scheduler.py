@@ -165,6 +165,17 @@ class Scheduler:
             return []
         return [snapshot.text(i) for i in self._run("ack", outcome, *map(_member, leases))]
 
+    def answered(self, leases: Sequence[Lease]) -> int:
+        """The requests of these leases are over: free their endpoint slots now, in one
+        round trip, while the leases stay until ack or retry_later. A worker that records
+        its outcomes some milliseconds later then does not hold its endpoints' caps on
+        answered requests meanwhile; if it dies first, the leases expire and the deliveries
+        are handed out again, as before. Returns how many slots were freed (a lease already
+        lost or answered frees none)."""
+        if not leases:
+            return 0
+        return int(self._run("answered", *map(_member, leases)))
+
     def retry_later(self, lease: Lease, due_at: float) -> bool:
         """Free the slot and hold the delivery until due_at, when it enters its tenant's
         retry lane. False if the lease was lost already (nothing was changed)."""

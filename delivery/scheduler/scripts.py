@@ -15,6 +15,7 @@ _PARTS = {
     "pick_fair": ("lib", "maintain", "pick_fair"),
     "pick_fifo": ("lib", "maintain", "pick_fifo"),
     "ack": ("lib", "ack"),
+    "answered": ("lib", "answered"),
     "retry_later": ("lib", "retry_later"),
     "renew": ("lib", "renew"),
     "set_tenant": ("lib", "set_tenant"),

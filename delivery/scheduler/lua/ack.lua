@@ -6,13 +6,13 @@ local lost = {}
 local freed = {}
 local released = 0
 for i = 5, #ARGV do
-  local id, t, e = release(ARGV[i])
+  local id, t, e, _, slot_freed = release(ARGV[i])
   if id then
     released = released + 1
     local ek = endpoint_key(e)
     if redis.call('HINCRBY', ek, 'n', -1) <= 0 then
       redis.call('DEL', ek)
-    else
+    elseif slot_freed then
       freed[#freed + 1] = e
     end
     tenant_gc(t)

@@ -24,6 +24,8 @@
 --                     rr rate per second (absent = unlimited)
 --   busy        ZSET  endpoints by number of live leases (the in-flight count)
 --   leases      ZSET  "id|t|e|k|token" by deadline
+--   answered    SET   leases whose request is over but not yet recorded: their endpoint
+--                     slot is free already (busy and ri no longer count them)
 --   delayed     ZSET  "id|t|e|k" by due time
 --   fifo        LIST  "id|t|e|k" (FIFO mode only)
 --   paused      SET   paused tenants (configuration, so it outlives an idle spell)
@@ -60,6 +62,7 @@ local K_VT = P .. 'vt'
 local K_AGE = P .. 'age'
 local K_BUSY = P .. 'busy'
 local K_LEASES = P .. 'leases'
+local K_ANSWERED = P .. 'answered'
 local K_DELAYED = P .. 'delayed'
 local K_FIFO = P .. 'fifo'
 local K_PAUSED = P .. 'paused'
@@ -263,15 +266,22 @@ local function grant(id, t, e, k, deadline, worker)
   return member
 end
 
--- Drop a lease and its slot. Returns nil when the lease is gone already (expired and
--- reclaimed, maybe handed to another worker): then nothing of the new holder's changes.
+-- Give back a lease's slot on endpoint e (a lane of kind k).
+local function free_slot(e, k)
+  if tonumber(redis.call('ZINCRBY', K_BUSY, -1, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
+  if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', -1) end
+end
+
+-- Drop a lease and its slot, unless answered.lua freed the slot already (then the 5th
+-- result is false). Returns nil when the lease is gone already (expired and reclaimed,
+-- maybe handed to another worker): then nothing of the new holder's changes.
 local function release(member)
   if redis.call('ZREM', K_LEASES, member) == 0 then return nil end
   local id, t, e, k = parse_lease(member)
-  if tonumber(redis.call('ZINCRBY', K_BUSY, -1, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
-  if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', -1) end
+  local slot_freed = redis.call('SREM', K_ANSWERED, member) == 0
+  if slot_freed then free_slot(e, k) end
   redis.call('HINCRBY', tenant_key(t), 'i', -1)
-  return id, t, e, k
+  return id, t, e, k, slot_freed
 end
 
 -- Un-park up to `count` lanes of kind k waiting on e, lowest virtual time first. A paused
