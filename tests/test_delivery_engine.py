@@ -186,9 +186,7 @@ def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -
     assert get_scheduler().snapshot().deferrals_total > 0
 
 
-def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(
-    engine, monkeypatch
-) -> None:
+def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(engine, monkeypatch) -> None:
     # The recorder is held up (as by a busy database): answered requests wait to be
     # recorded, yet the endpoint's one slot goes to the next delivery as each answer comes.
     from delivery import engine as engine_module
