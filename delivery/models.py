@@ -34,13 +34,19 @@ class Delivery(models.Model):
 
     id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    # No single-column indexes on endpoint and tenant: the (endpoint, status) and (tenant,
+    # status) indexes below lead with them and serve the same lookups, and every index is
+    # written again on each status change (docs/BENCHMARKS.md, session 6).
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
     tenant = models.ForeignKey(
         Tenant,
         null=True,
         blank=True,
         on_delete=models.CASCADE,
         related_name="deliveries",
+        db_index=False,
         help_text="Copied from the event: the lane it waits in. Empty is the fallback lane.",
     )
     status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=PENDING)
@@ -94,7 +100,10 @@ class Attempt(models.Model):
     FAILED = "failed"
     OUTCOME_CHOICES = [(DELIVERED, "Delivered"), (RETRY, "Will retry"), (FAILED, "Failed for good")]
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_set")
+    # Indexed by (delivery, number) below, which serves lookups by delivery too.
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="attempt_set", db_index=False
+    )
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     duration_ms = models.PositiveIntegerField(default=0)
