@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable, Iterator
 
 from django.db.models import QuerySet
+from redis.exceptions import LockError
+from redis.lock import Lock
 
 from delivery.enqueueing import get_scheduler, item_for
 from delivery.history import sample_quietly
@@ -18,6 +20,14 @@ from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 BATCH_SIZE = 1000
+# A rebuild holds a lock for this long, renewed after every batch: a rebuilder that dies
+# frees it this late, and a live one never loses it to a slow batch.
+REBUILD_LOCK_SECONDS = 120
+
+
+class RebuildInProgress(Exception):
+    """Another process is rebuilding the schedule: a second rebuild would clear what the
+    first has enqueued so far while the first goes on, and enqueue deliveries twice."""
 
 
 def _batches(queryset: QuerySet) -> Iterator[list[Delivery]]:
@@ -31,8 +41,29 @@ def _batches(queryset: QuerySet) -> Iterator[list[Delivery]]:
         last_id = batch[-1].id
 
 
+def rebuild_lock() -> Lock:
+    scheduler = get_scheduler()
+    return scheduler.connection.lock(
+        scheduler.keys.rebuild_lock, timeout=REBUILD_LOCK_SECONDS, blocking=False
+    )
+
+
 def rebuild_schedule(progress: Callable[[int], None] | None = None) -> int:
-    """Clear the schedule and enqueue every open delivery again; returns how many."""
+    """Clear the schedule and enqueue every open delivery again; returns how many.
+    Raises RebuildInProgress, changing nothing, while another rebuild runs."""
+    lock = rebuild_lock()
+    if not lock.acquire():
+        raise RebuildInProgress("another process is rebuilding the schedule")
+    try:
+        return _rebuild(lock, progress)
+    finally:
+        try:
+            lock.release()
+        except LockError:
+            logger.warning("the schedule rebuild outlasted its lock; another may have overlapped")
+
+
+def _rebuild(lock: Lock, progress: Callable[[int], None] | None) -> int:
     scheduler = get_scheduler()
     scheduler.clear()
     for tenant in Tenant.objects.filter(is_active=False):
@@ -52,6 +83,7 @@ def rebuild_schedule(progress: Callable[[int], None] | None = None) -> int:
             needs_schedule=False
         )
         count += len(batch)
+        lock.extend(REBUILD_LOCK_SECONDS, replace_ttl=True)
         if progress:
             progress(count)
     scheduler.start_epoch()
@@ -78,7 +110,12 @@ def sweep() -> dict[str, int]:
     It also samples the dashboards' history (delivery.history), which gates itself to
     one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep."""
     if get_scheduler().epoch() is None:
-        result = {"rebuilt": rebuild_schedule(), "flagged": 0}
+        try:
+            result = {"rebuilt": rebuild_schedule(), "flagged": 0}
+        except RebuildInProgress:
+            # Its epoch is set when it finishes; flagged deliveries wait for that too.
+            logger.info("schedule rebuild already running elsewhere; not starting another")
+            result = {"rebuilt": 0, "flagged": 0}
     else:
         result = {"rebuilt": 0, "flagged": schedule_flagged()}
     sample_quietly()

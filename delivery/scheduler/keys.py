@@ -50,6 +50,9 @@ class Keys:
         self.tat = self.prefix + "tat"  # token clocks of rates, "e<id>" / "t<token>"
         self.due = self.prefix + "due"  # what waits for a token, by when it is due
         self.hold = self.prefix + "hold"  # paused endpoints (Retry-After), by until
+        # Held while the schedule is rebuilt from the database. Outside the prefix, so
+        # that the rebuild's own clear() keeps it; same hash tag, same cluster slot.
+        self.rebuild_lock = f"wh-rebuild:{{{shard}}}"
 
     def lane(self, tenant_id: int | None, endpoint_id: int, lane: str) -> str:
         return f"{self.prefix}q:{tenant_token(tenant_id)}:{endpoint_id}:{KIND_OF_LANE[lane]}"

@@ -1,6 +1,6 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from delivery.maintenance import rebuild_schedule
+from delivery.maintenance import RebuildInProgress, rebuild_schedule
 
 
 class Command(BaseCommand):
@@ -16,7 +16,10 @@ class Command(BaseCommand):
             self.stdout.write(f"\r  {count} deliveries scheduled...", ending="")
             self.stdout.flush()
 
-        total = rebuild_schedule(progress=progress)
+        try:
+            total = rebuild_schedule(progress=progress)
+        except RebuildInProgress as exc:
+            raise CommandError(f"{exc}: wait for it to finish (it sets a new epoch)") from exc
         self.stdout.write(
             self.style.SUCCESS(f"\nSchedule rebuilt: {total} open deliveries in their lanes.")
         )

@@ -22,7 +22,7 @@
 --                     rr rate per second (absent = unlimited)
 --   e:e         HASH  endpoint: m rm caps, ri live retry leases, n deliveries anywhere here,
 --                     rr rate per second (absent = unlimited)
---   busy        ZSET  endpoints by number of live leases (the in-flight count)
+--   busy        ZSET  endpoints by number of live leases not yet answered (in flight)
 --   leases      ZSET  "id|t|e|k|token" by deadline
 --   answered    SET   leases whose request is over but not yet recorded: their endpoint
 --                     slot is free already (busy and ri no longer count them)
