@@ -1,5 +1,5 @@
-"""Random sequences of enqueue / pick / ack / retry_later / renew / crashes (lease expiry
-on a fake clock) / pauses / cap changes / endpoint and tenant rates / Retry-After pauses,
+"""Random sequences of enqueue / pick / answered / ack / retry_later / renew / crashes (lease
+expiry on a fake clock) / pauses / cap changes / endpoint and tenant rates / Retry-After pauses,
 checked against a model after every step: nothing lost, nothing handed out twice, first
 attempts in arrival order per lane, caps never exceeded at hand-out, no hand-out beyond a
 rate (a GCRA model of each endpoint and tenant) or during an endpoint's pause, and the
