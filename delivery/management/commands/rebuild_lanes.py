@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery.maintenance import RebuildInProgress, rebuild_schedule
+from delivery.maintenance import REBUILD_LOCK_SECONDS, RebuildInProgress, rebuild_schedule
 
 
 class Command(BaseCommand):
@@ -19,7 +19,10 @@ class Command(BaseCommand):
         try:
             total = rebuild_schedule(progress=progress)
         except RebuildInProgress as exc:
-            raise CommandError(f"{exc}: wait for it to finish (it sets a new epoch)") from exc
+            raise CommandError(
+                f"{exc}: wait for it to finish, or, if that process died, for its lock to "
+                f"expire (within {REBUILD_LOCK_SECONDS} s)"
+            ) from exc
         self.stdout.write(
             self.style.SUCCESS(f"\nSchedule rebuilt: {total} open deliveries in their lanes.")
         )
