@@ -285,8 +285,7 @@ class DeliveryEngine:
                     leases.append(self._answered.get_nowait())
                 except queue.Empty:
                     break
-            stopping = any(lease is _STOP for lease in leases)
-            leases = [lease for lease in leases if lease is not _STOP]
+            leases, stopping = _without_stop(leases)
             try:
                 self.scheduler.answered(leases)
             except redis.RedisError as exc:
@@ -301,8 +300,7 @@ class DeliveryEngine:
         try:
             while not stopping:
                 group = self._next_group()
-                stopping = any(item is _STOP for item in group)
-                group = [item for item in group if item is not _STOP]
+                group, stopping = _without_stop(group)
                 if group:
                     checked = _check_connection(checked)
                     self._settle(group)
@@ -377,6 +375,12 @@ class DeliveryEngine:
                 continue
             if lost:
                 logger.warning("%d leases expired before renewal: %s", len(lost), lost[:5])
+
+
+def _without_stop(items: list) -> tuple[list, bool]:
+    """What was taken from a queue, less the stop marker; and whether it was there."""
+    kept = [item for item in items if item is not _STOP]
+    return kept, len(kept) < len(items)
 
 
 def _check_connection(checked: float) -> float:

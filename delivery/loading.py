@@ -3,9 +3,10 @@
 A worker loads every delivery it leases, so this runs for each one: one plain SELECT
 (deliveries joined to their event and endpoint, only the columns sending and recording
 read) whose rows go straight to `Model.from_db`, with the database's converters applied
-only where a column needs one (aware datetimes and booleans on SQLite). Through the ORM the same load cost several
-times more: select_related + only() compiled for ~40% of a feed's CPU, and raw() then
-spent ~19% of a worker's CPU mapping columns and running converters row by row.
+only where a column needs one (aware datetimes and booleans on SQLite). Through the ORM
+the same load cost several times more: select_related + only() compiled for ~40% of a
+feed's CPU, and raw() then spent ~19% of a worker's CPU mapping columns and running
+converters row by row.
 """
 
 from collections.abc import Callable, Sequence
@@ -64,6 +65,17 @@ class _Part:
                 values[index] = value
         return self.model.from_db(alias, self.names, values)
 
+    def shared(
+        self, built: dict[object, Any], values: Sequence[Any], alias: str, wrapper: Any
+    ) -> models.Model:
+        """The instance for this row's primary key, built once per load: rows that share
+        an event or endpoint share one instance, as the ORM's select_related would."""
+        pk = values[self.pk_at]
+        instance = built.get(pk)
+        if instance is None:
+            instance = built[pk] = self.build(values, alias, wrapper)
+        return instance
+
 
 class _Plan:
     """The one SELECT (deliveries joined to their event and endpoint) for a database."""
@@ -111,21 +123,11 @@ def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
     (delivery_part, event_part, endpoint_part) = plan.parts
     (delivery_at, event_at, endpoint_at) = plan.slices
     events: dict[object, Any] = {}
-    endpoints: dict[object, Any] = {}  # one instance per endpoint, as the ORM would share
+    endpoints: dict[object, Any] = {}
     loaded = {}
     for row in rows:
         delivery = delivery_part.build(row[delivery_at], alias, wrapper)
-        event_values, endpoint_values = row[event_at], row[endpoint_at]
-        event = events.get(event_values[event_part.pk_at])
-        if event is None:
-            event = events[event_values[event_part.pk_at]] = event_part.build(
-                event_values, alias, wrapper
-            )
-        endpoint = endpoints.get(endpoint_values[endpoint_part.pk_at])
-        if endpoint is None:
-            endpoint = endpoints[endpoint_values[endpoint_part.pk_at]] = endpoint_part.build(
-                endpoint_values, alias, wrapper
-            )
-        delivery.event, delivery.endpoint = event, endpoint
+        delivery.event = event_part.shared(events, row[event_at], alias, wrapper)
+        delivery.endpoint = endpoint_part.shared(endpoints, row[endpoint_at], alias, wrapper)
         loaded[delivery.pk] = delivery
     return loaded
