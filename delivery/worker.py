@@ -45,11 +45,12 @@ class DeliveryWorker(SimpleWorker):
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
 
     # RQ's main loop quits on any Redis error outside its dequeue call (the suspension
-    # check, registry cleaning, the heartbeat after a job), and so does its start-up after
-    # the worker registered (the pub/sub subscription for `rq` commands, the state). A
-    # delivery worker must ride out an outage instead: skip the step, and let the dequeue
-    # back off and reconnect. (Registering itself still needs Redis: a worker that cannot
-    # reach Redis at all exits, for its supervisor to restart.)
+    # check, registry cleaning, running a job it just dequeued, the heartbeat after it),
+    # and so does its start-up after the worker registered (the pub/sub subscription for
+    # `rq` commands, the state). A delivery worker must ride out an outage instead: skip
+    # the step, and let the dequeue back off and reconnect. (Registering itself still
+    # needs Redis: a worker that cannot reach Redis at all exits, for its supervisor to
+    # restart.)
     def subscribe(self) -> None:
         self._outside_an_outage("pub/sub subscription (rq commands)", super().subscribe)
 
@@ -64,6 +65,12 @@ class DeliveryWorker(SimpleWorker):
 
     def run_maintenance_tasks(self) -> None:
         self._outside_an_outage("registry cleaning", super().run_maintenance_tasks)
+
+    def execute_job(self, job, queue) -> None:
+        # Only maintenance runs as RQ jobs, and every one of them is idempotent and comes
+        # round again next interval: a job caught by the outage is simply skipped. RQ's
+        # registry cleaning later fails it if it was left marked as started.
+        self._outside_an_outage(f"job {job.id}", super().execute_job, job, queue)
 
     def heartbeat(self, *args, **kwargs) -> None:
         self._outside_an_outage("heartbeat", super().heartbeat, *args, **kwargs)

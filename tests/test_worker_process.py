@@ -5,7 +5,7 @@ import signal
 import time
 
 import pytest
-from rq import Worker
+from rq import Queue, Worker
 
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
@@ -102,12 +102,15 @@ def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:
     private_redis = PrivateRedis(tmp_path)
     private_redis.start()
     connection = redis.Redis.from_url(private_redis.url)
-    worker = DeliveryWorker(["default"], connection=connection)
+    worker = DeliveryWorker(["maintenance"], connection=connection)
+    queue = Queue("maintenance", connection=connection)
+    job = queue.enqueue("delivery.maintenance.sweep")  # dequeued just before the outage
     private_redis.stop()
     worker.subscribe()  # start-up steps after registering, when Redis goes right then
     worker.set_state("started")
     worker.check_for_suspension(burst=False)
     worker.run_maintenance_tasks()
+    worker.execute_job(job, queue)
     worker.heartbeat()
     worker.unsubscribe()  # teardown copes with the subscription that never happened
     with pytest.raises(redis.ConnectionError):  # the outage is real, not a stub
