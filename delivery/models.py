@@ -27,6 +27,9 @@ class Delivery(models.Model):
     # "In flight" is not a row status: the scheduler's leases know it without a write
     # per delivery, and a crashed worker's lease expiring is all the recovery it needs.
     OPEN_STATUSES = (PENDING, RETRY_SCHEDULED)
+    # All the others (a test checks the two partition the choices): finished or set
+    # aside, so a late attempt's outcome must not change the row.
+    CLOSED_STATUSES = (DELIVERED, HELD, DEAD)
 
     FRESH = "fresh"
     RETRY = "retry"

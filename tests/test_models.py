@@ -71,3 +71,11 @@ def test_api_token_stores_only_a_hash() -> None:
     token, plain = ApiToken.issue("ci")
     assert token.token_hash == hash_token(plain)
     assert plain not in (token.prefix, token.token_hash)
+
+
+def test_open_and_closed_statuses_partition_the_choices() -> None:
+    """Recording finds open rows as "not closed" (delivery/records.py): that is only the
+    same set while every status is in exactly one of the two."""
+    every = {value for value, _ in Delivery.STATUS_CHOICES}
+    assert set(Delivery.OPEN_STATUSES) | set(Delivery.CLOSED_STATUSES) == every
+    assert not set(Delivery.OPEN_STATUSES) & set(Delivery.CLOSED_STATUSES)
