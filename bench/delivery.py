@@ -300,6 +300,8 @@ def create_backlog(
 
 
 def reset_deliveries() -> None:
+    from django.db import connection
+
     from delivery.models import Attempt, Delivery
 
     Attempt.objects.all().delete()
@@ -311,6 +313,13 @@ def reset_deliveries() -> None:
         next_attempt_at=None,
         last_error="",
     )
+    if connection.vendor == "postgresql":
+        # What autovacuum does between bursts in production (it is off on some machines,
+        # this one included): without it every round adds a backlog's worth of dead rows
+        # and index entries, and later rounds run slower than earlier ones.
+        with connection.cursor() as cursor:
+            for model in (Delivery, Attempt):
+                cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
 
 
 def delivered_count() -> int:
