@@ -8,6 +8,14 @@ from webhooks.ids import new_ulid
 from webhooks.models import Event
 
 
+# The rows the indexes of work still to do hold. Nearly every row ends up delivered, and
+# every query that filters by status asks for the others (pending, retrying, held, dead):
+# a delivered row is in none of the status indexes, so marking a row delivered (once per
+# webhook, the hottest UPDATE there is) writes three fewer index entries, and the indexes
+# stay the size of the work, not of the history.
+UNFINISHED = ~models.Q(status="delivered")
+
+
 class Delivery(models.Model):
     """One event to one endpoint. The database row is the truth; Redis only holds its id."""
 
@@ -69,9 +77,19 @@ class Delivery(models.Model):
         ordering = ["-enqueued_at"]
         verbose_name_plural = "deliveries"
         indexes = [
-            models.Index(fields=["status", "next_attempt_at"], name="delivery_status_due_idx"),
-            models.Index(fields=["tenant", "status"], name="delivery_tenant_status_idx"),
-            models.Index(fields=["endpoint", "status"], name="delivery_endpoint_status_idx"),
+            models.Index(
+                fields=["status", "next_attempt_at"],
+                condition=UNFINISHED,
+                name="delivery_status_due_idx",
+            ),
+            models.Index(
+                fields=["tenant", "status"], condition=UNFINISHED, name="delivery_tenant_status_idx"
+            ),
+            models.Index(
+                fields=["endpoint", "status"],
+                condition=UNFINISHED,
+                name="delivery_endpoint_status_idx",
+            ),
             models.Index(
                 fields=["needs_schedule"],
                 condition=models.Q(needs_schedule=True),

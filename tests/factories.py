@@ -2,8 +2,9 @@
 
 from django.contrib.auth.models import User
 
+from delivery.models import Delivery
 from tenants.models import Endpoint, Membership, Tenant
-from webhooks.models import Source, SourceSecret
+from webhooks.models import Event, Source, SourceSecret
 
 
 def make_tenant(key: str = "shop-a.example", **fields) -> Tenant:
@@ -30,3 +31,16 @@ def make_user(username: str, *, tenant: Tenant | None = None, staff: bool = Fals
     if tenant is not None:
         Membership.objects.create(user=user, tenant=tenant)
     return user
+
+
+def make_backlog(count: int, tenant: Tenant | None = None) -> list[Delivery]:
+    """`count` pending deliveries to one endpoint, inserted in bulk the way a flood
+    arrives: no ANALYZE has seen them."""
+    tenant = tenant or make_tenant()
+    endpoint = make_endpoint(tenant)
+    events = Event.objects.bulk_create(
+        [Event(tenant=tenant, event_type="order.created", payload=b"{}") for _ in range(count)]
+    )
+    return Delivery.objects.bulk_create(
+        [Delivery(event=event, endpoint=endpoint, tenant=tenant) for event in events]
+    )

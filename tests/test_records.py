@@ -12,8 +12,7 @@ from delivery.loading import load_many
 from delivery.models import Attempt, Delivery
 from delivery.policy import DELIVERED, RETRY, Decision
 from delivery.transport import HttpResult
-from tests.factories import make_endpoint, make_tenant
-from webhooks.models import Event
+from tests.factories import make_backlog
 
 pytestmark = pytest.mark.django_db
 
@@ -22,25 +21,12 @@ UNAVAILABLE = HttpResult(503, 5, "", "", "busy", None)
 STARTED = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
-def _backlog(count: int) -> list[Delivery]:
-    """`count` pending deliveries, inserted in bulk the way a flood arrives: no ANALYZE
-    has seen them."""
-    tenant = make_tenant()
-    endpoint = make_endpoint(tenant)
-    events = Event.objects.bulk_create(
-        [Event(tenant=tenant, event_type="order.created", payload=b"{}") for _ in range(count)]
-    )
-    return Delivery.objects.bulk_create(
-        [Delivery(event=event, endpoint=endpoint, tenant=tenant) for event in events]
-    )
-
-
 def _sent(delivery: Delivery, result: HttpResult, decision: Decision) -> records.Sent:
     return records.Sent(delivery, result, decision, STARTED, {"webhook-id": delivery.pk})
 
 
 def test_a_late_outcome_leaves_a_closed_delivery_alone() -> None:
-    delivered, dead, pending = _backlog(3)
+    delivered, dead, pending = make_backlog(3)
     Delivery.objects.filter(pk=dead.pk).update(status=Delivery.DEAD)
     loaded = load_many([delivered.pk, dead.pk, pending.pk])
     records.record_many([_sent(loaded[delivered.pk], OK, Decision(DELIVERED, 0.0, "", False))])
@@ -63,7 +49,7 @@ def test_recording_finds_rows_by_primary_key_only_with_stale_statistics() -> Non
     """With "status IN (open)" and no statistics on a fresh backlog, PostgreSQL combined
     the primary key with the status index, reading every open row's index entry for each
     group recorded (half the delivery throughput in bench/delivery.py)."""
-    backlog = _backlog(3000)
+    backlog = make_backlog(3000)
     loaded = load_many([d.pk for d in backlog[:8]])
     group = [_sent(d, OK, Decision(DELIVERED, 0.0, "", False)) for d in loaded.values()]
     group[-1] = _sent(group[-1].delivery, UNAVAILABLE, Decision(RETRY, 30.0, "HTTP 503", True))
