@@ -7,7 +7,6 @@ from tenants.models import Endpoint, Tenant
 from webhooks.ids import new_ulid
 from webhooks.models import Event
 
-
 # The rows the indexes of work still to do hold. Nearly every row ends up delivered, and
 # every query that filters by status asks for the others (pending, retrying, held, dead):
 # a delivered row is in none of the status indexes, so marking a row delivered (once per

@@ -1,4 +1,5 @@
-"""INSERT model instances with one statement per model, without bulk_create's cost.
+"""INSERT model instances with one statement per model (COPY for many rows on
+PostgreSQL), without bulk_create's cost.
 
 bulk_create() compiles SQL for every row it inserts: 60% of a 500-event publish batch's
 CPU, and the largest part of recording a group of delivery attempts. Here the statement
@@ -36,6 +37,16 @@ _STATEMENTS: dict[tuple[str, type], tuple[str, list[models.Field]]] = {}
 _PLANS: dict[tuple[str, type], tuple[str, list[Callable[[Any], Any]]]] = {}
 
 Prepared = tuple[Sequence[models.Model], str, list[list[Any]]]
+
+# From this many rows on, PostgreSQL gets them by COPY rather than a multi-row INSERT.
+# psycopg re-parses an INSERT's text for placeholders on every call once it carries over
+# 50 parameters (it caches only smaller statements) and quotes each value into the text
+# in Python; COPY streams the rows through its C dumpers, and the server parses no SQL
+# per row. Measured per group of Attempt rows, client CPU and (server included) wall
+# time: 15 rows 0.40-0.46 against 0.62-0.77 ms of CPU, 0.66-0.72 against 1.0-1.15 ms;
+# 6 rows 0.24-0.29 against 0.30 ms; at 3 rows INSERT is cheaper (0.17-0.19 against
+# 0.20-0.22 ms of CPU): a COPY takes a second round trip.
+COPY_FROM_ROWS = 6
 
 
 def _statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
@@ -110,12 +121,16 @@ def prepare(objs: Sequence[models.Model]) -> Prepared:
 
 def execute(prepared: Sequence[Prepared]) -> None:
     """INSERT prepared rows in the order given: one multi-row statement per model (more
-    only past the database's parameter limit). One statement rather than executemany()'s
-    one step per row: on SQLite each step also hands the GIL back and forth, and a
-    recorder waiting for the GIL between rows held the one write lock the longer."""
+    only past the database's parameter limit), or on PostgreSQL one COPY from
+    COPY_FROM_ROWS rows on. One statement rather than executemany()'s one step per row:
+    on SQLite each step also hands the GIL back and forth, and a recorder waiting for the
+    GIL between rows held the one write lock the longer."""
     with connection.cursor() as cursor:
         for _, sql, rows in prepared:
             if not rows:
+                continue
+            if connection.vendor == "postgresql" and len(rows) >= COPY_FROM_ROWS:
+                _copy(cursor, sql, rows)
                 continue
             per_statement = max(1, _MAX_PARAMS.get(connection.vendor, 999) // len(rows[0]))
             one_row = sql[sql.rindex(" VALUES (") + len(" VALUES ") :]
@@ -127,3 +142,14 @@ def execute(prepared: Sequence[Prepared]) -> None:
         for obj in objs:
             obj._state.adding = False
             obj._state.db = connection.alias
+
+
+def _copy(cursor: Any, insert_sql: str, rows: list[list[Any]]) -> None:
+    """The rows of `insert_sql` (one _statement) by COPY FROM STDIN, in text format: the
+    same adapted values the INSERT would carry. Database errors (a unique key already
+    taken) come out as Django's, as from cursor.execute()."""
+    head = insert_sql[: insert_sql.rindex(" VALUES (")]
+    statement = "COPY" + head.removeprefix("INSERT INTO") + " FROM STDIN"
+    with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
