@@ -33,10 +33,10 @@ def make_user(username: str, *, tenant: Tenant | None = None, staff: bool = Fals
     return user
 
 
-def make_backlog(count: int, tenant: Tenant | None = None) -> list[Delivery]:
+def make_backlog(count: int) -> list[Delivery]:
     """`count` pending deliveries to one endpoint, inserted in bulk the way a flood
     arrives: no ANALYZE has seen them."""
-    tenant = tenant or make_tenant()
+    tenant = make_tenant()
     endpoint = make_endpoint(tenant)
     events = Event.objects.bulk_create(
         [Event(tenant=tenant, event_type="order.created", payload=b"{}") for _ in range(count)]
