@@ -33,7 +33,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from delivery import loading, sending
+from delivery import sending
 from delivery.enqueueing import get_scheduler
 from delivery.policy import DISABLE_ENDPOINT
 from delivery.scheduler import Lease, Scheduler
@@ -218,26 +218,58 @@ class DeliveryEngine:
         with self._leases_lock:
             self._leases.update((lease.delivery_id, lease) for lease in picked.leases)
         try:
-            deliveries = loading.load_many([lease.delivery_id for lease in picked.leases])
-            secrets = self._secrets.active({d.endpoint_id for d in deliveries.values()})
+            deliveries, failed = sending.load(picked.leases)
+            secrets = self._secrets_for(deliveries.values())
         except Exception:
-            # Not acknowledged: the leases expire and the deliveries are handed out again.
+            # The database is down (sending.load raises nothing else): not acknowledged,
+            # the leases expire and the deliveries are handed out again once it is back.
             logger.exception("could not load %d deliveries", len(picked.leases))
             self._forget(picked.leases)
             close_old_connections()
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
+        for done in failed:
+            self._answered.put(done.lease)
+            self._finished.put(done)
+        unloadable = {done.lease.delivery_id for done in failed}
         for lease in picked.leases:
+            if lease.delivery_id in unloadable:
+                continue
             delivery = deliveries.get(lease.delivery_id)
             done = sending.triage(lease, delivery)
             if done is None and delivery.endpoint_id in self._disabling:
                 done = sending.Finished(lease, held=delivery)  # its row says so soon
+            if done is None and isinstance(secrets[delivery.endpoint_id], Exception):
+                done = sending.failed_inside(
+                    lease, delivery, sending.SIGN, secrets[delivery.endpoint_id]
+                )
+                self._answered.put(lease)
             if done is not None:
                 self._finished.put(done)
                 continue
             with self._room:
                 self._busy += 1
             self._jobs.put((lease, delivery, secrets[delivery.endpoint_id]))
+
+    def _secrets_for(self, deliveries) -> dict[int, list[str] | Exception]:
+        """Each endpoint's signing secrets; an endpoint whose secrets cannot be read has
+        the exception instead, for its deliveries to record (the rest go out)."""
+        endpoint_ids = {delivery.endpoint_id for delivery in deliveries}
+        try:
+            return dict(self._secrets.active(endpoint_ids))
+        except sending.DATABASE_DOWN:
+            raise
+        except Exception:
+            logger.exception("reading signing secrets failed; reading them per endpoint")
+        found: dict[int, list[str] | Exception] = {}
+        for endpoint_id in endpoint_ids:
+            try:
+                found.update(self._secrets.active([endpoint_id]))
+            except sending.DATABASE_DOWN:
+                raise
+            except Exception as exc:
+                found[endpoint_id] = exc
+        return found
 
     # --- slots: one POST at a time ---------------------------------------------------
 
@@ -246,15 +278,17 @@ class DeliveryEngine:
             lease, delivery, secrets = job
             try:
                 finished = sending.attempt(lease, delivery, secrets, self.session)
-            except Exception:
-                # Not acknowledged: the lease expires and the delivery is tried again.
+            except Exception as exc:
+                # attempt() records its own failures; this is a bug in that safety net.
+                # Still this delivery's failure, never a stuck slot.
                 logger.exception("delivery %s failed inside the worker", lease.delivery_id)
-                self._forget([lease])
-            else:
-                try:
-                    sending.pause_if_asked(finished.sent, self.scheduler)
-                except redis.RedisError as exc:
-                    logger.warning("could not pause endpoint %s: %s", delivery.endpoint_id, exc)
+                finished = sending.failed_inside(lease, delivery, sending.SEND, exc)
+            try:
+                sending.pause_if_asked(finished.sent, self.scheduler)
+            except Exception as exc:
+                # The attempt itself stands; its retry still waits for the Retry-After.
+                logger.warning("could not pause endpoint %s: %s", delivery.endpoint_id, exc)
+            try:
                 if finished.sent.decision.action == DISABLE_ENDPOINT:
                     # Its slot stays taken until the disable is recorded: other workers
                     # then send no more to an endpoint that said it is gone meanwhile.

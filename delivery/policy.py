@@ -21,6 +21,10 @@ The choices, and why:
   two, with Retry-After clamped to [1 s, retry_after_max]. Taking the later one means
   an endpoint answering "Retry-After: 5" through a two-hour outage cannot burn the
   whole schedule in a minute, and one asking for an hour gets its hour.
+* A failure inside our own worker (loading, signing, building the request, judging or
+  recording it raised: error kind INTERNAL) is retried on the same schedule and then
+  dead-lettered, like any failure, so a poison event can never loop or hold a slot. It
+  never counts against the endpoint: nothing reached it.
 * counts_as_failure: whether the attempt counts toward disabling the endpoint for
   persistent failure. A 429 does not: the endpoint is alive and asks us to slow down,
   which is pacing (the scheduler's job), not breakage.
@@ -39,6 +43,8 @@ DEAD = "dead"
 DISABLE_ENDPOINT = "disable_endpoint"
 
 MIN_RETRY_AFTER_SECONDS = 1.0
+# The error kind of a delivery that failed inside the worker, before or after its request.
+INTERNAL = "internal"
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ _BY_ERROR_KIND: dict[str, _Rule] = {
     transport.TLS: _Rule(RETRY),  # an expired or mismatched certificate gets fixed
     transport.FORBIDDEN_DESTINATION: _Rule(DEAD),
     transport.INVALID_URL: _Rule(DEAD),
+    INTERNAL: _Rule(RETRY, counts_as_failure=False),
 }
 
 # Responses, by status code: the first row whose range holds the code wins.

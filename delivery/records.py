@@ -91,7 +91,7 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
                 changes = {
                     "status": status,
                     "attempts": F("attempts") + 1,
-                    "last_error": item.decision.reason[:500],
+                    "last_error": _text(item.decision.reason[:500]),
                     "next_attempt_at": next_attempt_at,
                     "updated_at": now,
                 }
@@ -131,10 +131,16 @@ def _attempt(item: Sent) -> dict[str, Any]:
         "duration_ms": result.duration_ms,
         "status_code": result.status_code,
         "outcome": _OUTCOME_FOR_ACTION[item.decision.action],
-        "error": result.error[:500],
-        "response_excerpt": result.response_excerpt,
-        "request_headers": item.request_headers,
+        "error": _text(result.error[:500]),
+        "response_excerpt": _text(result.response_excerpt),
+        "request_headers": {name: _text(value) for name, value in item.request_headers.items()},
     }
+
+
+def _text(value: str) -> str:
+    """`value` without NUL characters, which PostgreSQL's text and jsonb refuse (a whole
+    group's transaction with them): a receiver may well answer with one."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 # The fields _mark_delivered's UPDATE names.

@@ -3,6 +3,14 @@
 The steps are separate so that a worker can run each at its own grain: one query loads
 every delivery of a pick, each POST runs in its own slot, and the deliveries that finish
 together are recorded in one transaction and acknowledged in one scheduler call.
+
+Poison-proof: whatever one delivery raises at any step (loading, building its headers,
+signing, sending, judging, recording) becomes that delivery's own recorded failure, an
+Attempt with error kind `internal` naming the step, and then takes the retry schedule to
+a dead letter like any failure (policy.INTERNAL). Nothing is left to a lease expiry, so
+no delivery loops unrecorded, and its endpoint slot is free as soon as the step failed.
+Only a fault of the database itself (it is down) is nobody's delivery's: the leases then
+expire and the work comes back when it is up.
 """
 
 import logging
@@ -11,18 +19,19 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 
-from delivery import records
-from delivery.connections import ConnectionPool
+from delivery import loading, records
 from delivery.models import Delivery
-from delivery.policy import decide
+from delivery.policy import DEAD, INTERNAL, RETRY, Decision, decide
 from delivery.scheduler import Lease, Scheduler
-from delivery.transport import post
-from tenants.models import EndpointSecret
+from delivery.transport import HttpResult, post
+from tenants.models import Endpoint, EndpointSecret
 from webhooks.signatures import sign_standard_webhooks
 
 logger = logging.getLogger(__name__)
@@ -30,6 +39,22 @@ USER_AGENT = "fairhooks/0.1 (+webhook delivery)"
 SECRETS_TTL_SECONDS = 5.0
 RECORD_TRIES = 3
 RECORD_RETRY_SECONDS = 0.1
+# Faults of the database as a whole (down, restarting, a lock timeout): no one delivery's.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+
+# The steps of one delivery inside a worker, named in the error recorded when one raises.
+LOAD = "load"
+HEADERS = "build headers"
+SIGN = "sign"
+SEND = "send"
+JUDGE = "judge"
+RECORD = "record"
+
+# Printable ASCII but "%": what a header value may carry as it is. Everything else (a
+# non-Latin-1 event type such as "注文.作成", a control character) is percent-encoded as
+# UTF-8, so every value is a plain token on the wire and a receiver decodes it with any
+# URL-decoding function. "%" itself is encoded, so decoding is never ambiguous.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
 @dataclass(frozen=True)
@@ -42,24 +67,44 @@ class Finished:
     held: Delivery | None = None
 
 
+def header_value(value: str) -> str:
+    """`value` as it goes on the wire: unchanged if printable ASCII without "%", else
+    percent-encoded UTF-8 (docs/ARCHITECTURE.md, "Header values")."""
+    if value.isascii() and value.isprintable() and "%" not in value:
+        return value
+    return quote(value, safe=_HEADER_SAFE)
+
+
 def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[str, str]:
     """Standard Webhooks headers. webhook-id is the event id: the same on every try and
     for every endpoint, so receivers can drop duplicates."""
+    headers = unsigned_headers(delivery, now)
+    sign(headers, delivery, secrets)
+    return headers
+
+
+def unsigned_headers(delivery: Delivery, now: float) -> dict[str, str]:
     event = delivery.event
-    timestamp = int(now)
     headers = {
-        "Content-Type": event.content_type or "application/octet-stream",
+        "Content-Type": header_value(event.content_type or "application/octet-stream"),
         "User-Agent": USER_AGENT,
         "webhook-id": event.id,
-        "webhook-timestamp": str(timestamp),
+        "webhook-timestamp": str(int(now)),
     }
     if event.event_type:
-        headers["webhook-event-type"] = event.event_type
+        headers["webhook-event-type"] = header_value(event.event_type)
+    return headers
+
+
+def sign(headers: dict[str, str], delivery: Delivery, secrets: list[str]) -> None:
+    """Add webhook-signature over the id, timestamp and body already in `headers`."""
     if secrets:
         headers["webhook-signature"] = sign_standard_webhooks(
-            event.id, timestamp, bytes(event.payload), secrets
+            headers["webhook-id"],
+            int(headers["webhook-timestamp"]),
+            bytes(delivery.event.payload),
+            secrets,
         )
-    return headers
 
 
 class SecretCache:
@@ -94,6 +139,42 @@ class SecretCache:
         }
 
 
+def load(leases: Sequence[Lease]) -> tuple[dict[str, Delivery], list[Finished]]:
+    """The leased deliveries, loaded in one query; and the failures of those that could
+    not be loaded, each recorded as its own (step LOAD). A delivery deleted meanwhile is
+    simply absent. Raises only DATABASE_DOWN: then nothing is any one delivery's fault."""
+    ids = [lease.delivery_id for lease in leases]
+    try:
+        return loading.load_many(ids), []
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        logger.exception("loading %d deliveries failed; loading them one by one", len(ids))
+    loaded: dict[str, Delivery] = {}
+    failed: list[Finished] = []
+    for lease in leases:
+        try:
+            loaded.update(loading.load_many([lease.delivery_id]))
+        except DATABASE_DOWN:
+            raise
+        except Exception as exc:
+            logger.exception("delivery %s could not be loaded", lease.delivery_id)
+            bare = _bare_delivery(lease.delivery_id)
+            if bare is not None:
+                failed.append(failed_inside(lease, bare, LOAD, exc))
+    return loaded, failed
+
+
+def _bare_delivery(delivery_id: str) -> Delivery | None:
+    """The columns recording a failure needs and nothing else (the rest failed to load)."""
+    row = Delivery.objects.filter(pk=delivery_id).values("attempts", "endpoint_id").first()
+    if row is None:
+        return None
+    delivery = Delivery(id=delivery_id, attempts=row["attempts"], endpoint_id=row["endpoint_id"])
+    delivery.endpoint = Endpoint(pk=row["endpoint_id"])
+    return delivery
+
+
 def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
     """None if the delivery is to be sent; else what is done with it without sending."""
     if delivery is None or delivery.status not in Delivery.OPEN_STATUSES:
@@ -104,22 +185,41 @@ def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
     return None
 
 
-def attempt(
-    lease: Lease, delivery: Delivery, secrets: list[str], session: ConnectionPool
-) -> Finished:
-    """Sign and POST once, and judge the result; nothing is written yet."""
-    endpoint = delivery.endpoint
-    headers = build_headers(delivery, secrets, time.time())
+def attempt(lease: Lease, delivery: Delivery, secrets: list[str], session: Any) -> Finished:
+    """Sign and POST once, and judge the result; nothing is written yet. Never raises:
+    a step that does is this delivery's recorded failure."""
     started_at = timezone.now()
-    result = post(
-        session,
-        endpoint.url,
-        bytes(delivery.event.payload),
-        headers,
-        connect_timeout=min(settings.DELIVERY_CONNECT_TIMEOUT, endpoint.timeout_seconds),
-        total_timeout=endpoint.timeout_seconds,
-        response_cap_bytes=settings.DELIVERY_RESPONSE_CAP_BYTES,
-    )
+    step, headers = HEADERS, {}
+    try:
+        headers = unsigned_headers(delivery, time.time())
+        step = SIGN
+        sign(headers, delivery, secrets)
+        step = SEND
+        endpoint = delivery.endpoint
+        result = post(
+            session,
+            endpoint.url,
+            bytes(delivery.event.payload),
+            headers,
+            connect_timeout=min(settings.DELIVERY_CONNECT_TIMEOUT, endpoint.timeout_seconds),
+            total_timeout=endpoint.timeout_seconds,
+            response_cap_bytes=settings.DELIVERY_RESPONSE_CAP_BYTES,
+        )
+        step = JUDGE
+        return judged(lease, delivery, result, started_at, headers)
+    except Exception as exc:
+        logger.exception("delivery %s failed inside the worker (%s)", lease.delivery_id, step)
+        return failed_inside(lease, delivery, step, exc, started_at=started_at, headers=headers)
+
+
+def judged(
+    lease: Lease,
+    delivery: Delivery,
+    result: HttpResult,
+    started_at: datetime,
+    headers: dict[str, str],
+) -> Finished:
+    """Policy's verdict on one request's result, ready to record."""
     decision = decide(
         result,
         delivery.attempts + 1,
@@ -127,29 +227,66 @@ def attempt(
         jitter=settings.RETRY_JITTER,
         retry_after_max=settings.RETRY_AFTER_MAX_SECONDS,
     )
-    shown_headers = {k: v for k, v in headers.items() if k != "webhook-signature"}
-    return Finished(lease, sent=records.Sent(delivery, result, decision, started_at, shown_headers))
+    return Finished(
+        lease, sent=records.Sent(delivery, result, decision, started_at, _shown(headers))
+    )
+
+
+def failed_inside(
+    lease: Lease,
+    delivery: Delivery,
+    step: str,
+    exc: BaseException,
+    *,
+    started_at: datetime | None = None,
+    headers: dict[str, str] | None = None,
+) -> Finished:
+    """`exc`, raised at `step`, as this delivery's failed attempt (error kind INTERNAL)."""
+    result = HttpResult(
+        status_code=None,
+        duration_ms=0,
+        error=f"{step} failed inside the worker: {type(exc).__name__}: {exc}"[:300],
+        error_kind=INTERNAL,
+        response_excerpt="",
+        retry_after_seconds=None,
+    )
+    try:
+        return judged(lease, delivery, result, started_at or timezone.now(), headers or {})
+    except Exception:
+        # The policy itself raised (a broken schedule setting?): the same verdict it gives
+        # an internal failure, decided here, so that this delivery still ends somewhere.
+        logger.exception("judging delivery %s failed", lease.delivery_id)
+        schedule = settings.RETRY_SCHEDULE_SECONDS
+        action = RETRY if delivery.attempts < len(schedule) else DEAD
+        delay = float(schedule[delivery.attempts]) if action == RETRY else 0.0
+        decision = Decision(action, delay, result.error, counts_as_failure=False)
+        sent = records.Sent(delivery, result, decision, started_at or timezone.now(), {})
+        return Finished(lease, sent=sent)
+
+
+def _shown(headers: dict[str, str]) -> dict[str, str]:
+    """The request's headers as the attempt log keeps them: never the signature."""
+    return {k: v for k, v in headers.items() if k != "webhook-signature"}
 
 
 def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
     """Record a group in one transaction, then release its leases: retries each to its
     due time, all the rest in one ack. The database is written before the scheduler
     hears of it, so a crash in between only sends a delivery again (at least once).
-    Returns the new status of each attempted delivery, in order."""
+    Returns the new status of each attempted delivery, in order.
+
+    A group that cannot be recorded for a reason of its own (not DATABASE_DOWN) is
+    recorded one delivery at a time; a delivery that still cannot be is recorded as a
+    failure at step RECORD, without the response that would not go in."""
     attempted = [item for item in finished if item.sent is not None]
     held = [item.held for item in finished if item.held is not None]
-    for tries_left in reversed(range(RECORD_TRIES)):
-        try:
-            recorded = records.record_many([item.sent for item in attempted], held=held)
-            break
-        except OperationalError as exc:
-            # A deadlock or lock timeout rolled the whole group back: write it again,
-            # rather than let every lease in it expire and every delivery go out twice.
-            if not tries_left:
-                raise
-            logger.warning("recording %d deliveries failed, retrying: %s", len(finished), exc)
-            close_old_connections()
-            time.sleep(RECORD_RETRY_SECONDS)
+    try:
+        recorded = _record(attempted, held)
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        logger.exception("recording %d deliveries failed; recording one by one", len(finished))
+        attempted, recorded = _record_one_by_one(attempted, held)
     # Acks are counted by outcome in Redis (the /metrics counters): one call per outcome.
     acks: dict[str, list[Lease]] = {}
     for item in finished:
@@ -166,6 +303,53 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
     for outcome_name, leases in acks.items():
         scheduler.ack(leases, outcome=outcome_name)
     return [outcome.status for outcome in recorded]
+
+
+def _record(attempted: Sequence[Finished], held: Sequence[Delivery]) -> list[records.Recorded]:
+    for tries_left in reversed(range(RECORD_TRIES)):
+        try:
+            return records.record_many([item.sent for item in attempted], held=held)
+        except OperationalError as exc:
+            # A deadlock or lock timeout rolled the whole group back: write it again,
+            # rather than let every lease in it expire and every delivery go out twice.
+            if not tries_left:
+                raise
+            logger.warning("recording %d deliveries failed, retrying: %s", len(attempted), exc)
+            close_old_connections()
+            time.sleep(RECORD_RETRY_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def _record_one_by_one(
+    attempted: Sequence[Finished], held: Sequence[Delivery]
+) -> tuple[list[Finished], list[records.Recorded]]:
+    """Each of a group that failed as a whole, alone: the bad one is found and recorded
+    as its own failure, and the rest of the group as it was."""
+    if held:
+        _record([], held)
+    kept: list[Finished] = []
+    recorded: list[records.Recorded] = []
+    for item in attempted:
+        try:
+            [outcome] = _record([item], ())
+        except DATABASE_DOWN:
+            raise
+        except Exception as exc:
+            logger.exception("delivery %s could not be recorded", item.lease.delivery_id)
+            item = failed_inside(item.lease, item.sent.delivery, RECORD, exc)
+            try:
+                [outcome] = _record([item], ())
+            except DATABASE_DOWN:
+                raise
+            except Exception:
+                # Not even a bare failure goes in: its lease expires and it comes back.
+                logger.exception(
+                    "delivery %s: not even its failure could be recorded", item.lease.delivery_id
+                )
+                continue
+        kept.append(item)
+        recorded.append(outcome)
+    return kept, recorded
 
 
 def pause_if_asked(sent: records.Sent | None, scheduler: Scheduler) -> None:
