@@ -1,13 +1,13 @@
-"""The socket layer of outbound HTTP: which addresses a delivery may connect to.
+"""Which addresses a delivery may connect to: the SSRF guard.
 
 Endpoint URLs are typed by tenants, so a URL is untrusted input that could point the
 platform at itself or its network (SSRF: `http://169.254.169.254/`, `http://127.1:6379/`,
 a DNS name that answers with 10.0.0.5). Checking the URL when it is saved is not enough:
 DNS can answer differently a second later (rebinding), and numeric spellings such as
-`2130706433` only reveal themselves once resolved. So every delivery connection is
-opened by `open_checked_socket`, which resolves the host itself and checks the very
-address it is about to connect to; nothing else in the process decides where a
-delivery's socket goes (connections.ConnectionPool opens its sockets only through it).
+`2130706433` only reveal themselves once resolved. So the transport asks
+`is_forbidden_address` about the very address libcurl is about to connect to, for every
+new connection (its OPENSOCKETFUNCTION, delivery/transport.py); a refused address gets
+no socket at all. `validate_destination_url` is the admin form's early, friendlier check.
 """
 
 import ipaddress
@@ -24,14 +24,6 @@ _PRIVATE = tuple(
 # NAT64's well-known prefix carries an IPv4 address in its last 32 bits; judge that address,
 # so an IPv6-only host with DNS64 can still reach public IPv4 endpoints.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-class ForbiddenDestination(Exception):
-    """A connection refused because the destination is not a public address.
-
-    Deliberately not an OSError: it must not read as an ordinary (retryable) connection
-    error, but reach the transport as itself to become a permanent failure.
-    """
 
 
 def is_forbidden_address(ip: str) -> str | None:
@@ -92,7 +84,7 @@ def validate_destination_url(url: str, *, allow_private: bool) -> None:
 
     A name that resolves to several addresses is refused if any of them is forbidden:
     at save time strictness costs nothing, and the operator gets a clear message. The
-    connection-time check in open_checked_socket still applies to every delivery.
+    connection-time check in the transport still applies to every delivery.
     """
     try:
         parts = urlsplit(url.strip())
@@ -128,42 +120,3 @@ def validate_destination_url(url: str, *, allow_private: bool) -> None:
                 "deliveries to internal networks are not allowed.",
                 code="forbidden_destination",
             )
-
-
-def open_checked_socket(
-    host: str, port: int, *, allow_private: bool, timeout: float
-) -> socket.socket:
-    """A TCP connection to `host`, only to addresses that pass is_forbidden_address.
-
-    Resolving here and connecting to the same sockaddr is what makes DNS rebinding useless:
-    no second lookup happens between the check and the connect. Forbidden addresses among
-    several answers are skipped; the connection is refused only when none is left.
-    Raises ForbiddenDestination, socket.gaierror, TimeoutError (within `timeout` per
-    address tried) or the last address's OSError.
-    """
-    host = host.strip("[]")
-    infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    allowed, refused = [], []
-    for family, kind, proto, _, sockaddr in infos:
-        reason = None if allow_private else is_forbidden_address(sockaddr[0])
-        if reason:
-            refused.append((sockaddr[0], reason))
-        else:
-            allowed.append((family, kind, proto, sockaddr))
-    if not allowed:
-        if [address for address, _ in refused] == [host]:
-            raise ForbiddenDestination(f"{host} is {refused[0][1]}")
-        details = "; ".join(f"{address}, {reason}" for address, reason in refused)
-        raise ForbiddenDestination(f"{host} resolves to {details}")
-    errors: list[OSError] = []
-    for family, kind, proto, sockaddr in allowed:
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(sockaddr)
-        except OSError as exc:
-            sock.close()
-            errors.append(exc)
-        else:
-            return sock
-    raise errors[-1]

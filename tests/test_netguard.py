@@ -1,4 +1,8 @@
-"""The SSRF guard: which addresses are refused, at connect time and in the endpoint form."""
+"""The SSRF guard: which addresses are refused, at connect time and in the endpoint form.
+
+Names are made to resolve without DNS in two ways: for validate_destination_url (Python's
+socket.getaddrinfo) by monkeypatching it (`fake_dns`), and for deliveries (libcurl, which
+resolves in C) with libcurl's RESOLVE entries, Transport's `resolve` test hook."""
 
 import socket
 from collections.abc import Callable, Iterator
@@ -7,9 +11,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from delivery import netguard, transport
-from delivery.connections import ConnectionPool
 from delivery.netguard import is_forbidden_address, validate_destination_url
-from tests.http_receivers import Recorder
+from tests.http_receivers import Recorder, ScriptedServer
 
 
 @pytest.mark.parametrize(
@@ -70,8 +73,8 @@ def test_public_addresses_are_allowed(address):
 
 
 @pytest.fixture
-def strict_session() -> Iterator[ConnectionPool]:
-    session = transport.new_session(pool_maxsize=2, allow_private=False)
+def strict_session() -> Iterator[transport.Transport]:
+    session = transport.Transport(allow_private=False, max_idle_handles=2)
     yield session
     session.clear()
 
@@ -83,7 +86,7 @@ def endpoint() -> Iterator[Recorder]:
         yield recorder
 
 
-def post(session: ConnectionPool, url: str) -> transport.HttpResult:
+def post(session: transport.Transport, url: str) -> transport.HttpResult:
     return transport.post(
         session, url, b"{}", {}, connect_timeout=1.0, total_timeout=2.0, response_cap_bytes=100
     )
@@ -142,9 +145,12 @@ def test_guarded_session_refuses_internal_destinations(strict_session, endpoint,
     assert endpoint.requests == []
 
 
-def test_a_name_resolving_to_a_private_address_is_refused(strict_session, endpoint, fake_dns):
-    fake_dns("hooks.customer.example", ["10.20.30.40", "127.0.0.1"])
-    result = post(strict_session, f"http://hooks.customer.example:{endpoint.port}/")
+def test_a_name_resolving_to_a_private_address_is_refused(endpoint):
+    port = endpoint.port
+    session = transport.Transport(
+        allow_private=False, resolve=[f"hooks.customer.example:{port}:10.20.30.40,127.0.0.1"]
+    )
+    result = post(session, f"http://hooks.customer.example:{port}/")
     assert result.error_kind == transport.FORBIDDEN_DESTINATION
     assert result.error == (
         "forbidden destination: hooks.customer.example resolves to "
@@ -153,40 +159,88 @@ def test_a_name_resolving_to_a_private_address_is_refused(strict_session, endpoi
     assert endpoint.requests == []
 
 
-def test_dns_rebinding_after_validation_is_refused_at_connect(strict_session, endpoint, fake_dns):
+def test_dns_rebinding_after_validation_is_refused_at_connect(endpoint, fake_dns):
     # given: the name looked public when the endpoint was saved...
-    fake_dns("rebind.example", ["93.184.216.34"], ["127.0.0.1"])
+    fake_dns("rebind.example", ["93.184.216.34"])
     validate_destination_url(f"http://rebind.example:{endpoint.port}/", allow_private=False)
     # when: ...and answers with loopback when the delivery connects
-    result = post(strict_session, f"http://rebind.example:{endpoint.port}/")
+    session = transport.Transport(
+        allow_private=False, resolve=[f"rebind.example:{endpoint.port}:127.0.0.1"]
+    )
+    result = post(session, f"http://rebind.example:{endpoint.port}/")
     # then
     assert result.error_kind == transport.FORBIDDEN_DESTINATION
+    assert (
+        result.error
+        == "forbidden destination: rebind.example resolves to 127.0.0.1, a loopback address"
+    )
     assert endpoint.requests == []
 
 
-def test_allow_private_reaches_a_local_receiver(endpoint, fake_dns):
-    fake_dns("receiver.internal", ["127.0.0.1"])
+def test_a_public_answer_among_forbidden_ones_is_the_one_connected_to(endpoint):
+    """Refused addresses are skipped, not fatal: libcurl goes on to the next one. (The
+    'public' address here is the receiver's own, let through by a guard that only
+    refuses 10/8, so that the test needs no route to the internet.)"""
+    port = endpoint.port
+    session = transport.Transport(
+        allow_private=False, resolve=[f"mixed.example:{port}:10.9.8.7,127.0.0.1"]
+    )
+    checked: list[str] = []
+
+    def only_ten(ip: str) -> str | None:
+        checked.append(ip)
+        return "a private address" if ip.startswith("10.") else None
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(netguard, "is_forbidden_address", only_ten)
+        result = post(session, f"http://mixed.example:{port}/")
+    assert (result.status_code, result.error_kind) == (200, "")
+    assert checked == ["10.9.8.7", "127.0.0.1"]
+    assert len(endpoint.wait_for(1)) == 1
+
+
+def test_allow_private_reaches_a_local_receiver(endpoint):
     session = transport.new_session(pool_maxsize=2, allow_private=True)
+    session.resolve = [f"receiver.internal:{endpoint.port}:127.0.0.1"]
     for host in ("127.0.0.1", "127.1", "receiver.internal"):
         result = post(session, f"http://{host}:{endpoint.port}/")
         assert (result.status_code, result.error_kind) == (200, "")
     assert len(endpoint.wait_for(3)) == 3
 
 
-def test_the_pool_opens_its_connections_only_through_the_guard(strict_session, monkeypatch):
-    """Every new connection, http or https, is opened by open_checked_socket."""
-    opened = []
-    real = netguard.open_checked_socket
+def test_every_new_connection_is_checked_with_the_address_connected_to(endpoint, monkeypatch):
+    """The guard sees the address libcurl is about to connect to, for http and https
+    (before any handshake), and again for each new connection to the same origin (here
+    the receiver closes after each answer, so the second request needs a new one)."""
+    checked: list[str] = []
 
-    def spy(host, port, **kwargs):
-        opened.append((host, port, kwargs["allow_private"]))
-        return real(host, port, **kwargs)
+    def spy(ip: str) -> str | None:
+        checked.append(ip)
+        return "refused by the test" if ip == "127.0.0.2" else None
 
-    monkeypatch.setattr(netguard, "open_checked_socket", spy)
+    monkeypatch.setattr(netguard, "is_forbidden_address", spy)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    with ScriptedServer(answer, close_after=True) as server:
+        session = transport.Transport(
+            allow_private=False,
+            resolve=[
+                f"a.example:{server.port}:127.0.0.1",
+                f"b.example:{endpoint.port}:127.0.0.2",
+            ],
+        )
+        first = post(session, f"http://a.example:{server.port}/")
+        server.wait_closed()
+        second = post(session, f"http://a.example:{server.port}/")
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert len(server.connections) == 2
+    assert checked == ["127.0.0.1", "127.0.0.1"]
     for scheme in ("http", "https"):
-        result = post(strict_session, f"{scheme}://127.0.0.1:9/")
-        assert result.error_kind == transport.FORBIDDEN_DESTINATION
-    assert opened == [("127.0.0.1", 9, False), ("127.0.0.1", 9, False)]
+        refused = post(session, f"{scheme}://b.example:{endpoint.port}/")
+        assert refused.error == (
+            "forbidden destination: b.example resolves to 127.0.0.2, refused by the test"
+        )
+    assert checked[2:] == ["127.0.0.2", "127.0.0.2"]
+    assert endpoint.requests == []
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
-"""transport.post against real HTTP servers on 127.0.0.1: every outcome becomes an HttpResult."""
+"""transport.post and Transport.exchange against real HTTP servers on 127.0.0.1: every
+outcome becomes an HttpResult, on a handle alone or inside a CurlMulti."""
 
+import contextlib
 import shutil
 import ssl
 import subprocess
@@ -8,13 +10,13 @@ from collections.abc import Iterator
 from email.utils import formatdate
 from pathlib import Path
 
+import certifi
 import pytest
 import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
 from delivery import transport
-from delivery.connections import ConnectionPool
 from tests.http_receivers import (
     DroppingServer,
     FullBacklogListener,
@@ -33,14 +35,14 @@ HEADERS = {"Content-Type": "application/json", "User-Agent": "fairhooks-test", "
 
 
 @pytest.fixture
-def session() -> Iterator[ConnectionPool]:
+def session() -> Iterator[transport.Transport]:
     # allow_private: the test servers are on loopback (test_netguard covers the refusal).
-    session = transport.new_session(pool_maxsize=4, allow_private=True)
+    session = transport.Transport(allow_private=True, max_idle_handles=4)
     yield session
     session.clear()
 
 
-def post(session: ConnectionPool, url: str, **overrides: float) -> transport.HttpResult:
+def post(session: transport.Transport, url: str, **overrides: float) -> transport.HttpResult:
     options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
     return transport.post(session, url, BODY, HEADERS, **{**options, **overrides})
 
@@ -233,20 +235,34 @@ def test_a_response_cut_at_the_cap_is_not_returned_to_the_pool(session):
     assert first.client_port != second.client_port
 
 
-def test_an_origin_pushed_out_by_other_hosts_has_its_connections_closed() -> None:
-    # Idle connections for one origin only: posting to b pushes a's out (and closes them).
-    session = ConnectionPool(pool_maxsize=4, allow_private=True, host_pools=1)
-    with Recorder() as a, Recorder() as b:
-        a_url, b_url = a.url.rstrip("/") + "/hook?x=1", b.url.rstrip("/") + "/other"
-        results = [post(session, url) for url in (a_url, b_url, a_url, b_url)]
-        received = a.wait_for(2) + b.wait_for(2)
-        # b's last request pushed a out again: both of a's connections were closed, not
-        # left to linger until the garbage collector or the endpoint's idle timeout.
-        a.wait_open_connections(0)
-    assert [result.status_code for result in results] == [200] * 4
-    assert [request.path for request in received] == ["/hook?x=1", "/hook?x=1", "/other", "/other"]
-    assert received[0].client_port != received[1].client_port
-    session.clear()
+def test_a_handle_keeps_a_bounded_number_of_connections_and_closes_the_oldest() -> None:
+    # One handle, so every request runs on it: one origin more than it keeps connections
+    # for pushes the least recently used origin's connection out, closed, not left to
+    # linger until the endpoint's idle timeout.
+    session = transport.Transport(allow_private=True, max_idle_handles=1)
+    count = transport.CONNECTIONS_PER_HANDLE + 1
+    with contextlib.ExitStack() as stack:
+        endpoints = [stack.enter_context(Recorder()) for _ in range(count)]
+        results = [post(session, endpoint.url + "hook?x=1") for endpoint in endpoints]
+        endpoints[0].wait_open_connections(0)
+        for endpoint in endpoints[1:]:
+            endpoint.wait_open_connections(1)
+        again = post(session, endpoints[-1].url)
+        assert len({request.client_port for request in endpoints[-1].wait_for(2)}) == 1
+        session.clear()
+        for endpoint in endpoints:
+            endpoint.wait_open_connections(0)
+    assert [result.status_code for result in [*results, again]] == [200] * (count + 1)
+    assert endpoints[0].requests[0].path == "/hook?x=1"
+
+
+def test_clear_closes_idle_connections(session):
+    with Recorder() as endpoint:
+        post(session, endpoint.url)
+        endpoint.wait_open_connections(1)
+        session.clear()
+        endpoint.wait_open_connections(0)
+        assert post(session, endpoint.url).status_code == 200  # and it still works after
 
 
 def test_proxy_settings_in_the_environment_are_ignored(session, monkeypatch):
@@ -290,13 +306,12 @@ def test_excerpt_is_decoded_by_the_response_charset(session, content_type, body,
     assert result.response_excerpt == excerpt
 
 
-def test_new_session_is_a_guarded_pool_that_never_reads_the_environment():
+def test_new_session_is_a_guarded_transport_checking_certificates_against_certifi():
     session = transport.new_session(pool_maxsize=7, allow_private=False)
-    assert isinstance(session, ConnectionPool)
+    assert isinstance(session, transport.Transport)
     assert session.allow_private is False
-    assert session.pool_maxsize == 7
-    assert session.tls.verify_mode == ssl.CERT_REQUIRED
-    assert session.tls.check_hostname is True
+    assert session.max_idle_handles == 7
+    assert session.ca_certs == certifi.where()
 
 
 def test_nothing_is_retried_even_when_the_connection_drops(session):
