@@ -167,7 +167,13 @@ def _header_lines(headers: Mapping[str, str]) -> list[bytes]:
 
 class Exchange:
     """One POST: `handle` is a configured easy handle (None when no request is made, and
-    then `result` is already set); `finish()` makes the HttpResult once libcurl is done.
+    then `result` is already set); `finish()` makes the HttpResult once libcurl is done,
+    and `transport.release(exchange)` takes the handle back for another request.
+
+    With a CurlMulti: `multi.add_handle(exchange.handle)`, drive the multi, and for each
+    handle `info_read()` reports done, `finish(errno, message)` (0 and "" for success),
+    `multi.remove_handle(handle)`, then release. duration_ms counts from exchange(), so
+    make an exchange when it is about to be added, not ahead of time.
 
     The callbacks below run inside libcurl's perform, on the thread driving the handle.
     """
@@ -185,7 +191,6 @@ class Exchange:
         "_refused",
         "_started",
         "_total_timeout",
-        "allow_private",
         "handle",
         "result",
         "status",
@@ -205,7 +210,6 @@ class Exchange:
         self.transport = transport
         self.handle = handle
         self.result: HttpResult | None = None
-        self.allow_private = transport.allow_private
         self._started = time.monotonic()
         self._host = host
         self._connect_timeout = connect_timeout

@@ -5,12 +5,14 @@ import contextlib
 import shutil
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
 from pathlib import Path
 
 import certifi
+import pycurl
 import pytest
 import requests
 from hypothesis import given
@@ -369,3 +371,148 @@ def test_an_untrusted_certificate_is_a_tls_failure(session, localhost_cert):
         assert endpoint.requests == []
     assert (result.status_code, result.error_kind) == (None, transport.TLS)
     assert "certificate verify failed" in result.error
+
+
+# -- exchanges: the same requests, driven by a CurlMulti (the engine's event loop) ----------
+
+
+def run_multi(
+    session: transport.Transport,
+    exchanges: list[transport.Exchange],
+    multi: pycurl.CurlMulti | None = None,
+) -> list[transport.HttpResult]:
+    """Drive `exchanges` to their ends together on a CurlMulti (a new one unless given), as
+    the engine does: finish each when libcurl reports it done, take it out, give its
+    handle back."""
+    own = multi is None
+    multi = multi or pycurl.CurlMulti()
+    by_handle = {}
+    for exchange in exchanges:
+        if exchange.handle is not None:
+            by_handle[exchange.handle] = exchange
+            multi.add_handle(exchange.handle)
+    running = len(by_handle)
+    while running:
+        multi.select(0.05)
+        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        while True:
+            queued, succeeded, failed = multi.info_read()
+            for handle in succeeded:
+                by_handle[handle].finish(0, "")
+            for handle, errno, message in failed:
+                by_handle[handle].finish(errno, message)
+            for handle in [*succeeded, *(h for h, _, _ in failed)]:
+                multi.remove_handle(handle)
+                session.release(by_handle[handle])
+                running -= 1
+            if not queued:
+                break
+    if own:
+        multi.close()  # and with it the connections it kept
+    return [exchange.result for exchange in exchanges]
+
+
+def exchange(session: transport.Transport, url: str, **overrides: float) -> transport.Exchange:
+    options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
+    return session.exchange(url, BODY, HEADERS, **{**options, **overrides})
+
+
+def test_exchanges_in_one_multi_share_its_kept_alive_connection(session):
+    multi = pycurl.CurlMulti()
+    with Recorder(Reply(200, b"one"), Reply(201, b"two")) as endpoint:
+        first = run_multi(session, [exchange(session, endpoint.url)], multi)
+        # A fresh handle would have no connection of its own: this one is the multi's.
+        session.clear()
+        second = run_multi(session, [exchange(session, endpoint.url)], multi)
+        ports = {request.client_port for request in endpoint.wait_for(2)}
+    multi.close()
+    assert [(r.status_code, r.response_excerpt) for r in first + second] == [
+        (200, "one"),
+        (201, "two"),
+    ]
+    assert len(ports) == 1
+
+
+def test_exchanges_run_side_by_side_each_to_its_own_outcome(session):
+    with (
+        Recorder(Reply(200, b"fine")) as fine,
+        Recorder(Reply(200, b"x" * 100_000)) as large,
+        HangingServer() as hanging,
+    ):
+        started = time.monotonic()
+        results = run_multi(
+            session,
+            [
+                exchange(session, hanging.url, total_timeout=TOTAL),
+                exchange(session, fine.url),
+                exchange(session, large.url, response_cap_bytes=10),
+                exchange(session, "ftp://example.com/"),
+                exchange(session, f"http://127.0.0.1:{unused_port()}/"),
+            ],
+        )
+        elapsed = time.monotonic() - started
+    assert [(r.status_code, r.error_kind) for r in results] == [
+        (None, transport.DEADLINE),
+        (200, ""),
+        (200, ""),
+        (None, transport.INVALID_URL),
+        (None, transport.CONNECTION),
+    ]
+    assert results[1].response_excerpt == "fine"
+    assert results[2].response_excerpt == "x" * 10
+    assert TOTAL <= elapsed < TOTAL + SLACK  # together, not one after the other
+
+
+def test_the_guard_holds_inside_a_multi():
+    session = transport.Transport(allow_private=False)
+    with Recorder() as endpoint:
+        [result] = run_multi(session, [exchange(session, f"http://127.1:{endpoint.port}/")])
+        assert endpoint.requests == []
+    assert result.error_kind == transport.FORBIDDEN_DESTINATION
+    assert result.error == "forbidden destination: 127.1 resolves to 127.0.0.1, a loopback address"
+
+
+def test_a_released_handle_serves_the_next_exchange(session):
+    with Recorder() as endpoint:
+        first = exchange(session, endpoint.url)
+        handle = first.handle
+        run_multi(session, [first])
+        assert first.handle is None  # given back
+        second = exchange(session, endpoint.url)
+        assert second.handle is handle
+        [result] = run_multi(session, [second])
+    assert (result.status_code, result.error_kind) == (200, "")
+
+
+def test_post_is_safe_from_many_threads_at_once(session):
+    bodies = [f'{{"n": {n}}}'.encode() for n in range(16 * 10)]
+    results: list[transport.HttpResult] = []
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+
+    def slot(mine: list[bytes]) -> None:
+        start.wait()
+        for body in mine:
+            result = transport.post(
+                session,
+                endpoint.url,
+                body,
+                HEADERS,
+                connect_timeout=2,
+                total_timeout=10,
+                response_cap_bytes=100,
+            )
+            with lock:
+                results.append(result)
+
+    with Recorder() as endpoint:
+        threads = [threading.Thread(target=slot, args=(bodies[n::16],)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        received = endpoint.wait_for(len(bodies))
+    assert [(r.status_code, r.error_kind) for r in results] == [(200, "")] * len(bodies)
+    assert sorted(request.body for request in received) == sorted(bodies)
+    assert len(session._free) <= session.max_idle_handles

@@ -509,9 +509,15 @@ _SLOW_DNS_CHILD = textwrap.dedent(
     result = session.post("http://slow-dns.fairhooks.test/", b"{}", {},
                           connect_timeout=1.0, total_timeout=1.0, response_cap_bytes=10)
     elapsed = time.monotonic() - started
+    # The same handle again (a literal address: no DNS), then closing it: neither may
+    # wait for the resolver thread still stuck on the slow server.
+    started = time.monotonic()
+    session.post("http://127.0.0.1:9/", b"{}", {},
+                 connect_timeout=1.0, total_timeout=1.0, response_cap_bytes=10)
     session.clear()
+    after = time.monotonic() - started
     print(json.dumps({"elapsed": elapsed, "kind": result.error_kind, "error": result.error,
-                      "queries": len(queries)}), flush=True)
+                      "queries": len(queries), "after": after}), flush=True)
     os._exit(0)
     """
 )
@@ -554,4 +560,5 @@ def test_a_slow_dns_server_is_cut_at_the_total_deadline(tmp_path):
     assert outcome["kind"] == transport.TIMEOUT
     assert outcome["error"] == "resolving slow-dns.fairhooks.test timed out after 1 s"
     assert 1.0 <= outcome["elapsed"] < 1.0 + SLACK + 0.5
+    assert outcome["after"] < 1.0
     assert wall < 4.5  # the process did not wait for the resolver thread either
