@@ -1,21 +1,24 @@
-"""CPU per POST of the delivery transport against the HTTP clients under it, in one run.
+"""CPU per POST of the delivery transport against other HTTP clients, in one run.
 
     .venv/bin/python bench/transport.py [--requests 3000] [--rounds 5]
 
 One thread posts 512-byte bodies with Standard Webhooks-sized headers to a local
 keep-alive receiver (bench/delivery.py's, in its own process, answering 200 at once),
-three ways, interleaved round by round so the machine's noise hits all three alike:
+four ways, interleaved round by round so the machine's noise hits all of them alike:
 
 - requests: a `requests.Session` (trust_env off, stream=True, no redirects), reading the
   body to its end: what delivery/transport.py was first built on;
 - urllib3: `PoolManager.urlopen` with no retries, no redirects, reading the body: what
   it was built on next (urllib3 comes with requests);
-- transport.post: the platform's (its own HTTP/1.1 on keep-alive sockets, delivery/http11.py
-  and delivery/connections.py, with the SSRF guard on each new connection, the total
-  deadline and the capped read).
+- pycurl bare: one `pycurl.Curl` set up once and performed again and again (URL, body,
+  headers and a write callback, nothing else): the floor of libcurl from Python;
+- transport.post: the platform's (libcurl through pycurl: a handle from the free list,
+  every option set again per request, the SSRF guard on each new connection, the total
+  deadline, the capped read, header parsing in Python).
 
 Reported: the median over rounds of process CPU time per POST (the receiver's CPU is
-not counted) and the ratios. Only this thread runs, so CPU time is what it costs.
+not counted) and the ratios. Only this thread runs, so CPU time is what it costs
+(libcurl's threaded resolver is not involved: the URL's host is an IP address).
 """
 
 import argparse
@@ -25,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pycurl
 import requests
 import urllib3
 
@@ -80,6 +84,22 @@ def urllib3_post(url: str) -> Callable[[], int]:
     return post
 
 
+def pycurl_bare(url: str) -> Callable[[], int]:
+    curl = pycurl.Curl()
+    curl.setopt(pycurl.URL, url)
+    curl.setopt(pycurl.POSTFIELDS, BODY)
+    curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in HEADERS.items()])
+    chunks: list[bytes] = []
+    curl.setopt(pycurl.WRITEFUNCTION, chunks.append)
+
+    def post() -> int:
+        chunks.clear()
+        curl.perform()
+        return curl.getinfo(pycurl.RESPONSE_CODE)
+
+    return post
+
+
 def transport_post(url: str) -> Callable[[], int]:
     session = transport.new_session(pool_maxsize=4, allow_private=True)
 
@@ -117,6 +137,7 @@ def main() -> None:
         ways = {
             "requests.Session": requests_post(receiver.url),
             "urllib3 PoolManager": urllib3_post(receiver.url),
+            "pycurl bare": pycurl_bare(receiver.url),
             "transport.post (ours)": transport_post(receiver.url),
         }
         for post in ways.values():  # warm: connections open, code paths hot
@@ -135,6 +156,7 @@ def main() -> None:
     ours = medians["transport.post (ours)"]
     print(f"ours / requests.Session = {ours / medians['requests.Session']:.2f}")
     print(f"ours / urllib3          = {ours / medians['urllib3 PoolManager']:.2f}")
+    print(f"ours / pycurl bare      = {ours / medians['pycurl bare']:.2f}")
 
 
 if __name__ == "__main__":

@@ -143,14 +143,14 @@ def _header_lines(headers: Mapping[str, str]) -> list[bytes]:
     that would change the request's shape: CR, LF or NUL anywhere, a name that is not a
     token, or one of the framing headers libcurl writes itself."""
     lines: list[bytes] = []
-    given: set[str] = set()
+    given: list[str] = []
     for name, value in headers.items():
-        if any(c in name or c in value for c in "\r\n\0"):
-            raise ValueError(f"header {name!r} has a line break or NUL in it")
-        lower = name.lower()
-        if not _TOKEN.fullmatch(name) or lower in _SET_HERE:
-            raise ValueError(f"header name {name!r} is not allowed")
-        given.add(lower)
+        prefix = _NAMES.get(name)
+        if prefix is None:
+            prefix = _checked_name(name)
+        if _BREAKS.search(value):
+            raise ValueError(f"header {name!r} has a line break or NUL in its value")
+        given.append(name.lower())
         try:
             encoded = value.encode("latin-1")
         except UnicodeEncodeError:
@@ -158,11 +158,27 @@ def _header_lines(headers: Mapping[str, str]) -> list[bytes]:
             # guess a receiver can undo. Either way a value never raises.
             encoded = value.encode("utf-8")
         # An empty value would mean "remove this header" to libcurl; "Name;" sends it empty.
-        lines.append(name.encode("ascii") + (b": " + encoded if encoded else b";"))
-    lines.extend(line for lower, line in _BASE_HEADERS.items() if lower not in given)
-    lines.extend(line for lower, line in _CURL_DEFAULTS_OFF.items() if lower not in given)
+        lines.append(prefix + encoded if encoded else prefix[:-2] + b";")
+    for defaults in (_BASE_HEADERS, _CURL_DEFAULTS_OFF):
+        lines.extend(line for lower, line in defaults.items() if lower not in given)
     lines.append(_NO_EXPECT)
     return lines
+
+
+_BREAKS = re.compile("[\r\n\0]")
+# Header names already checked, as b"Name: " (a worker sends the same few all day long).
+_NAMES: dict[str, bytes] = {}
+
+
+def _checked_name(name: str) -> bytes:
+    if _BREAKS.search(name):
+        raise ValueError(f"header {name!r} has a line break or NUL in its name")
+    if not _TOKEN.fullmatch(name) or name.lower() in _SET_HERE:
+        raise ValueError(f"header name {name!r} is not allowed")
+    prefix = name.encode("ascii") + b": "
+    if len(_NAMES) < 1024:
+        _NAMES[name] = prefix
+    return prefix
 
 
 class Exchange:
@@ -238,7 +254,7 @@ class Exchange:
             self._malformed = "response headers too large"
             return 0  # any other count than len(line) makes libcurl stop the transfer
         text = line.decode("latin-1").rstrip("\r\n")
-        if self._head_status is None or text.startswith("HTTP/"):
+        if self._head_status is None:
             # libcurl reads "HTTP/1.1 2000" as a 200 and "HTTP/2.5" as HTTP/1: be strict.
             if not _STATUS_LINE.match(text):
                 self._malformed = f"malformed status line {text[:40]!r}"
