@@ -317,15 +317,16 @@ class HangingServer(_RawServer):
 class ScriptedServer(_RawServer):
     """Answers each request with the next of `answers`, raw bytes sent as they are (the
     last repeats), on the same connection for as long as the client keeps it, or closes
-    it after each answer (`close_after`). `heads` are the requests' heads, in order."""
+    it after each answer (`close_after`). An answer of None closes the connection without
+    a word. `heads` are the requests' heads, in order."""
 
-    def __init__(self, *answers: bytes, close_after: bool = False) -> None:
+    def __init__(self, *answers: bytes | None, close_after: bool = False) -> None:
         super().__init__()
         self.answers = answers
         self.close_after = close_after
         self.heads: list[bytes] = []
 
-    def _record(self, head: bytes) -> bytes:
+    def _record(self, head: bytes) -> bytes | None:
         self.heads.append(head)
         return self.answers[min(len(self.heads), len(self.answers)) - 1]
 
@@ -333,7 +334,10 @@ class ScriptedServer(_RawServer):
         conn.settimeout(None)
         with conn, contextlib.suppress(OSError):
             while head := _read_request(conn):
-                conn.sendall(self._record(head))
+                answer = self._record(head)
+                if answer is None:
+                    break
+                conn.sendall(answer)
                 if self.close_after:
                     break
         log.closed_at = time.monotonic()

@@ -271,6 +271,19 @@ def test_an_idle_connection_the_endpoint_closed_is_not_a_failure(session):
     assert connections == 2
 
 
+def test_a_request_dropped_on_a_kept_connection_is_sent_again_once(session):
+    """libcurl's own rule, which we cannot turn off: a request on a reused connection
+    that dies before any byte of answer (the endpoint's idle timeout racing the request)
+    goes again on a new connection. So the endpoint may see it twice; receivers drop
+    duplicates by webhook-id. On a new connection nothing is resent (DroppingServer)."""
+    with ScriptedServer(OK, None, OK) as server:
+        first = post(session, server.url)
+        second = post(session, server.url)
+        heads, connections = len(server.heads), len(server.connections)
+    assert (first.status_code, second.status_code, second.error_kind) == (200, 200, "")
+    assert (heads, connections) == (3, 2)
+
+
 def test_a_server_that_never_answers_is_cut_at_the_deadline(session):
     with HangingServer() as server:
         started = time.monotonic()
