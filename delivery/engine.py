@@ -1,23 +1,27 @@
-"""N delivery slots (threads) fed from the fair scheduler, sharing one HTTP session.
+"""One worker process's delivery pipeline: the fair scheduler in, HTTP out, records after.
 
 One RQ job per webhook would cost ~7 ms of RQ overhead each; instead a worker process
-runs this engine beside its RQ loop, as a small pipeline:
+runs this engine beside its RQ loop, as a small pipeline of threads:
 
-* a feeder leases as many deliveries as there are idle slots (one scheduler call) and
-  loads them all (one query; signing secrets come from a cache of a few seconds). It
-  never leases more than it can start at once, so a slot blocked on a slow endpoint
-  holds exactly one lease and the endpoint caps bound how many slots slow endpoints can
-  hold. Under load it lets idle slots wait up to BATCH_WAIT_SECONDS to be filled
-  together: per pick and per query the cost is mostly fixed;
-* each slot signs and POSTs one delivery at a time, and touches neither the database
-  nor Redis (except to pause an endpoint that answered 429/503 with Retry-After, at once);
+* a feeder leases as many deliveries as there is room for (one scheduler call, at most
+  MAX_PICK) and loads them all (one query; signing secrets come from a cache of a few
+  seconds). It never leases more than the request loop may start at once, so the
+  endpoint caps bound what slow endpoints can hold. Under load it waits up to
+  BATCH_WAIT_SECONDS for room to gather: per pick and per query the cost is mostly fixed;
+* one request loop signs each delivery and drives up to `concurrency` POSTs at once
+  through libcurl's multi interface (delivery.curl_loop): a hung endpoint holds a socket
+  and a handle, not a thread. It touches neither the database nor Redis;
 * a releaser frees the endpoint slots of requests that are over, a batch per scheduler
   call, so that an endpoint's cap counts open requests, not outcomes waiting to be
-  recorded (the leases themselves stay until the recorder acknowledges them);
+  recorded (the leases themselves stay until the recorder acknowledges them). It applies
+  a Retry-After pause before it frees that request's slot;
 * a recorder writes what finished as one group (waiting up to GROUP_WAIT_SECONDS for
   requests still running): one transaction for the Attempts and status changes, then
   one scheduler call to acknowledge them. The database is always written before the
   scheduler is told, so a crash in between sends a delivery again rather than losing it.
+
+Whatever one delivery raises on the way is that delivery's recorded failure (see
+delivery.sending), so nothing waits for a lease to expire but a crashed process's work.
 
 A delivery picked but not yet acknowledged keeps its lease, renewed while the process
 lives; if the process dies, the lease expires and the delivery is handed out again.
@@ -25,39 +29,58 @@ lives; if the process dies, the lease expires and the delivery is handed out aga
 
 import logging
 import queue
+import resource
 import threading
 import time
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 
+import pycurl
 import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
 from delivery import sending
+from delivery.curl_loop import CurlLoop
 from delivery.enqueueing import get_scheduler
+from delivery.models import Delivery
 from delivery.policy import DISABLE_ENDPOINT
 from delivery.scheduler import Lease, Scheduler
-from delivery.transport import new_session
+from delivery.transport import Transport
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
 ERROR_BACKOFF_SECONDS = 1.0
 MAX_GROUP = 256  # deliveries recorded in one transaction, at most
+# Deliveries leased by one scheduler call, at most: a pick is one Lua script, and Redis
+# runs nothing else meanwhile, so a pick of thousands would stall every other worker.
+MAX_PICK = 64
 CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN_MAX_AGE
-BATCH_WAIT_SECONDS = 0.002  # how long idle slots may wait to be filled together
+BATCH_WAIT_SECONDS = 0.002  # how long room may gather before a pick
 GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
 # How long answered requests may wait to give their endpoint slots back together: each
 # scheduler call has a fixed cost in Redis, and a slot freed 2 ms later costs nobody much.
 RELEASE_WAIT_SECONDS = 0.002
-# Leases a worker may hold per slot, counting those sent and waiting to be recorded:
-# room for the slots to run ahead of a recorder waiting for SQLite's write lock
-# (bench/delivery.py: 71-84% of the bare loop at 8 against 59-66% at 2). The releaser
-# frees an answered lease's endpoint slot at once, so these cost no endpoint any
-# capacity (before it did, 8 broke per-tenant fairness on a shared capped endpoint; see
-# docs/BENCHMARKS.md). A worker killed mid-way has at most this many per slot sent again
-# once their leases expire.
-UNRECORDED_LEASES_PER_SLOT = 8
+# Leases a worker may hold beyond those under way: answered requests waiting to be
+# recorded, so the loop can run ahead of a recorder waiting for SQLite's write lock. The
+# releaser frees an answered lease's endpoint slot at once, so these cost no endpoint any
+# capacity. A worker killed mid-way has at most this many sent again once they expire.
+UNRECORDED_AHEAD = 256
+# Idle keep-alive connections one worker keeps, across all endpoints (least recently used
+# first out): bounds idle file descriptors without reconnecting to every endpoint anew.
+IDLE_CONNECTIONS = 256
+# Curl handles kept between requests (each a few KB): reused, they skip setting up anew.
+IDLE_HANDLES = 256
 _STOP = object()
+
+
+@dataclass(frozen=True)
+class _Pause:
+    """An endpoint that asked (Retry-After) not to be sent to before `until`."""
+
+    endpoint_id: int
+    until: float
 
 
 class DeliveryEngine:
@@ -66,46 +89,52 @@ class DeliveryEngine:
     def __init__(
         self,
         *,
-        slots: int | None = None,
+        concurrency: int | None = None,
         scheduler: Scheduler | None = None,
         worker_id: str | None = None,
     ) -> None:
-        self.slots = slots or settings.DELIVERY_SLOTS
+        self.concurrency = concurrency or settings.DELIVERY_CONCURRENCY
         self.scheduler = scheduler or get_scheduler()
         self.worker_id = worker_id or f"engine-{uuid.uuid4().hex[:12]}"
-        self.session = new_session(
-            pool_maxsize=self.slots, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS
+        self.transport = Transport(
+            allow_private=settings.ALLOW_PRIVATE_DESTINATIONS,
+            max_idle_handles=min(self.concurrency, IDLE_HANDLES),
         )
+        self._curl = CurlLoop(max_idle_connections=IDLE_CONNECTIONS)
         self._stopping = threading.Event()  # the feeder stops picking
-        self._closed = threading.Event()  # the renewer stops once no delivery is running
+        self._closed = threading.Event()  # the loop and renewer stop (cold, or all done)
         self._leases: dict[str, Lease] = {}  # picked and not yet released to the scheduler
         self._leases_lock = threading.Lock()
         self._room = threading.Condition()  # guards _busy; the feeder waits on it for room
-        self._busy = 0  # deliveries handed to the slots and not yet posted
-        self._batch = max(1, self.slots // 2)  # idle slots worth a pick without waiting
+        self._busy = 0  # deliveries handed to the request loop and not yet answered
+        self._batch = max(1, min(self.concurrency, MAX_PICK) // 2)  # room worth a pick at once
         self._secrets = sending.SecretCache()
-        # Endpoints a slot saw answer 410, until the recorder has disabled them in the
+        # Endpoints that answered 410, until the recorder has disabled them in the
         # database: the feeder holds their deliveries meanwhile instead of sending more
         # requests to an endpoint that said it is gone.
         self._disabling: set[int] = set()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (lease, delivery, secrets), _STOP
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
-        self._answered: queue.SimpleQueue = queue.SimpleQueue()  # Lease or _STOP
+        self._answered: queue.SimpleQueue = queue.SimpleQueue()  # Lease, _Pause or _STOP
         self._feeder: threading.Thread | None = None
-        self._threads: list[threading.Thread] = []
+        self._loop: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
         self.sent = 0
 
     def start(self) -> None:
-        for index in range(self.slots):
-            self._threads.append(self._spawn(self._slot_loop, f"delivery-slot-{index}"))
+        _allow_open_files(self.concurrency + IDLE_CONNECTIONS + 256)
+        self._loop = self._spawn(self._request_loop, "delivery-requests")
         self._recorder = self._spawn(self._record_loop, "delivery-recorder")
         self._releaser = self._spawn(self._release_loop, "slot-releaser")
         self._feeder = self._spawn(self._feed_loop, "delivery-feeder")
         self._renewer = self._spawn(self._renew_loop, "lease-renewer")
-        logger.info("delivery engine %s started with %d slots", self.worker_id, self.slots)
+        logger.info(
+            "delivery engine %s started: up to %d requests at once",
+            self.worker_id,
+            self.concurrency,
+        )
 
     @staticmethod
     def _spawn(target, name: str) -> threading.Thread:
@@ -122,6 +151,7 @@ class DeliveryEngine:
             self._room.notify_all()
         if not graceful:
             self._closed.set()
+            self._curl.wake()
             return not self.in_flight()
         deadline = time.monotonic() + (timeout if timeout is not None else self._max_wait())
 
@@ -132,21 +162,21 @@ class DeliveryEngine:
         # Each stage ends after the one feeding it, so everything picked is sent and
         # everything sent is recorded and acknowledged.
         join(self._feeder)
-        for _ in self._threads:
-            self._jobs.put(_STOP)
-        for thread in self._threads:
-            join(thread)
+        self._jobs.put(_STOP)
+        self._curl.wake()
+        join(self._loop)
         self._answered.put(_STOP)
         self._finished.put(_STOP)
         join(self._recorder)
         join(self._releaser)
         finished = not self.in_flight() and not any(
             thread is not None and thread.is_alive()
-            for thread in (self._feeder, self._recorder, self._releaser, *self._threads)
+            for thread in (self._feeder, self._loop, self._recorder, self._releaser)
         )
         self._closed.set()
         if finished:
-            self.session.clear()
+            self._curl.close()
+            self.transport.clear()
         return finished
 
     def _max_wait(self) -> float:
@@ -178,16 +208,17 @@ class DeliveryEngine:
             connection.close()
 
     def _wait_for_room(self) -> int:
-        """Idle slots to fill, bounded so that leases waiting to be recorded stay within
-        UNRECORDED_LEASES_PER_SLOT per slot. Under load it waits a moment for half the
-        slots to be idle: one pick and one query for several deliveries cost far less
-        than one each."""
+        """How many deliveries to lease now: the room the request loop has, at most
+        MAX_PICK, bounded so that leases waiting to be recorded stay within
+        UNRECORDED_AHEAD. Under load it waits a moment for room to gather: one pick and
+        one query for several deliveries cost far less than one each."""
         settle_by = None
         with self._room:
             while not self._stopping.is_set():
                 room = min(
-                    self.slots - self._busy,
-                    UNRECORDED_LEASES_PER_SLOT * self.slots - len(self._leases),
+                    self.concurrency - self._busy,
+                    self.concurrency + UNRECORDED_AHEAD - len(self._leases),
+                    MAX_PICK,
                 )
                 now = time.monotonic()
                 if room >= self._batch or (room > 0 and settle_by is not None and now >= settle_by):
@@ -232,6 +263,7 @@ class DeliveryEngine:
             self._answered.put(done.lease)
             self._finished.put(done)
         unloadable = {done.lease.delivery_id for done in failed}
+        handed = False
         for lease in picked.leases:
             if lease.delivery_id in unloadable:
                 continue
@@ -250,8 +282,11 @@ class DeliveryEngine:
             with self._room:
                 self._busy += 1
             self._jobs.put((lease, delivery, secrets[delivery.endpoint_id]))
+            handed = True
+        if handed:
+            self._curl.wake()
 
-    def _secrets_for(self, deliveries) -> dict[int, list[str] | Exception]:
+    def _secrets_for(self, deliveries: Iterable[Delivery]) -> dict[int, list[str] | Exception]:
         """Each endpoint's signing secrets; an endpoint whose secrets cannot be read has
         the exception instead, for its deliveries to record (the rest go out)."""
         endpoint_ids = {delivery.endpoint_id for delivery in deliveries}
@@ -271,38 +306,77 @@ class DeliveryEngine:
                 found[endpoint_id] = exc
         return found
 
-    # --- slots: one POST at a time ---------------------------------------------------
+    # --- the request loop: every POST of this process, at once --------------------
 
-    def _slot_loop(self) -> None:
-        while (job := self._jobs.get()) is not _STOP:
+    def _request_loop(self) -> None:
+        under_way: dict[pycurl.Curl, sending.Outgoing] = {}
+        stopping = False
+        while not self._closed.is_set():
+            stopping = self._start_requests(under_way) or stopping
+            if stopping and not under_way:
+                break
+            try:
+                completed = self._curl.run_once()
+            except Exception:
+                # libcurl or epoll failing as a whole is no delivery's doing: whatever it
+                # dropped comes back through its lease.
+                logger.exception("request loop error; going on")
+                self._stopping.wait(ERROR_BACKOFF_SECONDS)
+                continue
+            for handle, errno, message in completed:
+                outgoing = under_way.pop(handle)
+                self._answer(outgoing.delivery, sending.conclude(outgoing, errno, message))
+                self.transport.release(outgoing.exchange)
+
+    def _start_requests(self, under_way: dict[pycurl.Curl, sending.Outgoing]) -> bool:
+        """Start every request handed over since the last turn; True once told to stop."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return False
+            if job is _STOP:
+                return True
             lease, delivery, secrets = job
+            started = sending.start(lease, delivery, secrets, self.transport)
+            if isinstance(started, sending.Finished):  # failed, or nothing to send
+                self._answer(delivery, started)
+                continue
             try:
-                finished = sending.attempt(lease, delivery, secrets, self.session)
+                self._curl.add(started.exchange.handle)
             except Exception as exc:
-                # attempt() records its own failures; this is a bug in that safety net.
-                # Still this delivery's failure, never a stuck slot.
-                logger.exception("delivery %s failed inside the worker", lease.delivery_id)
-                finished = sending.failed_inside(lease, delivery, sending.SEND, exc)
-            try:
-                sending.pause_if_asked(finished.sent, self.scheduler)
-            except Exception as exc:
-                # The attempt itself stands; its retry still waits for the Retry-After.
-                logger.warning("could not pause endpoint %s: %s", delivery.endpoint_id, exc)
-            try:
-                if finished.sent.decision.action == DISABLE_ENDPOINT:
-                    # Its slot stays taken until the disable is recorded: other workers
-                    # then send no more to an endpoint that said it is gone meanwhile.
-                    self._disabling.add(delivery.endpoint_id)
-                else:
-                    self._answered.put(lease)
-                self._finished.put(finished)
-            finally:
-                with self._room:
-                    self._busy -= 1
-                    # Wake the feeder when there is room at all (it starts its short wait
-                    # for more) and when there is enough to pick at once, not every time.
-                    if self.slots - self._busy in (1, self._batch):
-                        self._room.notify()
+                logger.exception("delivery %s could not be started", lease.delivery_id)
+                self.transport.release(started.exchange)
+                self._answer(delivery, sending.failed_inside(lease, delivery, sending.SEND, exc))
+                continue
+            under_way[started.exchange.handle] = started
+
+    def _answer(self, delivery: Delivery, finished: sending.Finished) -> None:
+        """A request is over (or never started): pause its endpoint if it asked, free its
+        endpoint slot, and hand it to the recorder."""
+        sent = finished.sent
+        until = sending.pause_until(sent)
+        if until is not None:
+            # The releaser pauses the endpoint, and only then frees this request's room:
+            # the feeder must not pick for that endpoint before the pause is in place.
+            self._answered.put(_Pause(delivery.endpoint_id, until))
+        if sent is not None and sent.decision.action == DISABLE_ENDPOINT:
+            # Its slot stays taken until the disable is recorded: other workers then
+            # send no more to an endpoint that said it is gone meanwhile.
+            self._disabling.add(delivery.endpoint_id)
+        else:
+            self._answered.put(finished.lease)
+        self._finished.put(finished)
+        if until is None:
+            self._free_room()
+
+    def _free_room(self) -> None:
+        with self._room:
+            self._busy -= 1
+            # Wake the feeder when there is room at all (it starts its short wait for
+            # more) and when there is enough to pick at once, not every time.
+            if self.concurrency - self._busy in (1, self._batch):
+                self._room.notify()
 
     # --- releaser: free the endpoint slots of requests that are over -----------------
 
@@ -319,7 +393,18 @@ class DeliveryEngine:
                     leases.append(self._answered.get_nowait())
                 except queue.Empty:
                     break
-            leases, stopping = _without_stop(leases)
+            items, stopping = _without_stop(leases)
+            # Pauses first: a slot freed before its endpoint's pause would let another
+            # request into the wall that asked for it.
+            for pause in (item for item in items if isinstance(item, _Pause)):
+                try:
+                    self.scheduler.pause_endpoint(pause.endpoint_id, pause.until)
+                except redis.RedisError as exc:
+                    # The attempt stands, and its retry still waits for the Retry-After.
+                    logger.warning("could not pause endpoint %s: %s", pause.endpoint_id, exc)
+                finally:
+                    self._free_room()
+            leases = [item for item in items if not isinstance(item, _Pause)]
             try:
                 self.scheduler.answered(leases)
             except redis.RedisError as exc:
@@ -353,7 +438,7 @@ class DeliveryEngine:
             except queue.Empty:
                 pass
             left = until - time.monotonic()
-            if left <= 0 or not self._busy or len(group) >= self.slots:
+            if left <= 0 or not self._busy or len(group) >= self.concurrency:
                 break
             # One blocking wait, not a poll: polling cost the recorder ~12% of the
             # worker's CPU, each wake-up a fight for the GIL with the slots.
@@ -425,3 +510,13 @@ def _check_connection(checked: float) -> float:
         return checked
     close_old_connections()
     return now
+
+
+def _allow_open_files(wanted: int) -> None:
+    """Raise this process's open-file limit toward `wanted` (one socket per request under
+    way, plus idle connections and the rest), as far as the hard limit allows: many
+    systems start processes at 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

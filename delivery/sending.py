@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
@@ -30,7 +29,7 @@ from delivery import loading, records
 from delivery.models import Delivery
 from delivery.policy import DEAD, INTERNAL, RETRY, Decision, decide
 from delivery.scheduler import Lease, Scheduler
-from delivery.transport import HttpResult, post
+from delivery.transport import Exchange, HttpResult, Transport
 from tenants.models import Endpoint, EndpointSecret
 from webhooks.signatures import sign_standard_webhooks
 
@@ -185,9 +184,23 @@ def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
     return None
 
 
-def attempt(lease: Lease, delivery: Delivery, secrets: list[str], session: Any) -> Finished:
-    """Sign and POST once, and judge the result; nothing is written yet. Never raises:
-    a step that does is this delivery's recorded failure."""
+@dataclass(frozen=True)
+class Outgoing:
+    """A delivery whose request is under way: `exchange.handle` is being driven."""
+
+    lease: Lease
+    delivery: Delivery
+    exchange: Exchange
+    started_at: datetime
+    headers: dict[str, str]
+
+
+def start(
+    lease: Lease, delivery: Delivery, secrets: list[str], transport: Transport
+) -> Outgoing | Finished:
+    """Sign and prepare one POST: an Outgoing for the caller to drive, or, when no request
+    is to be made, what is Finished already. Never raises: a step that does is this
+    delivery's recorded failure."""
     started_at = timezone.now()
     step, headers = HEADERS, {}
     try:
@@ -196,8 +209,7 @@ def attempt(lease: Lease, delivery: Delivery, secrets: list[str], session: Any) 
         sign(headers, delivery, secrets)
         step = SEND
         endpoint = delivery.endpoint
-        result = post(
-            session,
+        exchange = transport.exchange(
             endpoint.url,
             bytes(delivery.event.payload),
             headers,
@@ -205,11 +217,28 @@ def attempt(lease: Lease, delivery: Delivery, secrets: list[str], session: Any) 
             total_timeout=endpoint.timeout_seconds,
             response_cap_bytes=settings.DELIVERY_RESPONSE_CAP_BYTES,
         )
-        step = JUDGE
-        return judged(lease, delivery, result, started_at, headers)
+        if exchange.handle is None:  # nothing to send (an invalid URL): judged as it is
+            step = JUDGE
+            return judged(lease, delivery, exchange.result, started_at, headers)
+        return Outgoing(lease, delivery, exchange, started_at, headers)
     except Exception as exc:
         logger.exception("delivery %s failed inside the worker (%s)", lease.delivery_id, step)
         return failed_inside(lease, delivery, step, exc, started_at=started_at, headers=headers)
+
+
+def conclude(outgoing: Outgoing, errno: int, message: str) -> Finished:
+    """The verdict on a request libcurl has completed (`errno` 0) or failed. Never raises."""
+    lease, delivery = outgoing.lease, outgoing.delivery
+    step = SEND
+    try:
+        result = outgoing.exchange.finish(errno, message)
+        step = JUDGE
+        return judged(lease, delivery, result, outgoing.started_at, outgoing.headers)
+    except Exception as exc:
+        logger.exception("delivery %s failed inside the worker (%s)", lease.delivery_id, step)
+        return failed_inside(
+            lease, delivery, step, exc, started_at=outgoing.started_at, headers=outgoing.headers
+        )
 
 
 def judged(
@@ -352,14 +381,15 @@ def _record_one_by_one(
     return kept, recorded
 
 
-def pause_if_asked(sent: records.Sent | None, scheduler: Scheduler) -> None:
-    """A 429 or 503 with Retry-After pauses the whole endpoint, not just this delivery:
-    its other queued work would only hit the same wall. Called as soon as the answer
-    arrives, before the attempt is recorded: a worker keeps picking meanwhile, and
-    every pick before the pause would be another request into the wall."""
+def pause_until(sent: records.Sent | None) -> float | None:
+    """When the endpoint may be sent to again, if its answer asks for a pause: a 429 or
+    503 with Retry-After pauses the whole endpoint, not just this delivery, since its
+    other queued work would only hit the same wall. The engine applies it as soon as the
+    answer arrives, before the attempt is recorded and before the request's endpoint slot
+    is given back: every pick before the pause would be another request into the wall."""
     if sent is None:
-        return
+        return None
     wait = sent.result.retry_after_seconds
     if sent.result.status_code in (429, 503) and wait:
-        wait = min(wait, settings.RETRY_AFTER_MAX_SECONDS)
-        scheduler.pause_endpoint(sent.delivery.endpoint_id, time.time() + wait)
+        return time.time() + min(wait, settings.RETRY_AFTER_MAX_SECONDS)
+    return None

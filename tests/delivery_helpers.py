@@ -50,7 +50,7 @@ def start_worker(**env: str) -> subprocess.Popen:
         **os.environ,
         "DATABASE_URL": database_url_for_subprocesses(),
         "ALLOW_PRIVATE_DESTINATIONS": "true",
-        "DELIVERY_SLOTS": "4",
+        "DELIVERY_CONCURRENCY": "4",
         "LEASE_SECONDS": "3",
         "RETRY_SCHEDULE_SECONDS": "0.3,0.3,0.3",
         "RETRY_JITTER": "0",

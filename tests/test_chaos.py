@@ -226,7 +226,7 @@ def test_hung_endpoint_holds_only_its_cap_while_others_deliver(workers, settings
             publish(fine, "x", {"i": i})
         # Leases long enough not to expire under a loaded CI machine: an expired lease
         # frees the slot (by design, for crashed workers) and would open a second request.
-        start(DELIVERY_SLOTS="4", LEASE_SECONDS="15")
+        start(DELIVERY_CONCURRENCY="4", LEASE_SECONDS="15")
         healthy.wait_for(100, timeout=60)
         took = time.monotonic() - started
     assert len(hung.connections) <= 1  # the cap: one slot held, three free for everyone else

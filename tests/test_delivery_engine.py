@@ -35,8 +35,8 @@ def fast_delivery_settings(settings):
 def engine():
     engines: list[DeliveryEngine] = []
 
-    def start(slots: int = 4) -> DeliveryEngine:
-        running = DeliveryEngine(slots=slots)
+    def start(concurrency: int = 4) -> DeliveryEngine:
+        running = DeliveryEngine(concurrency=concurrency)
         running.start()
         engines.append(running)
         return running
@@ -119,7 +119,7 @@ def test_410_disables_the_endpoint_and_holds_its_work_until_reenabled(engine) ->
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {"i": 0})
-        running = engine(slots=1)
+        running = engine(concurrency=1)
         assert wait_until(lambda: statuses() == {Delivery.HELD: 1})
         endpoint.refresh_from_db()
         assert not endpoint.enabled and "410" in endpoint.disabled_reason
@@ -140,7 +140,7 @@ def test_after_a_410_no_more_requests_go_to_the_endpoint(engine) -> None:
         make_endpoint(tenant, receiver.url)
         for i in range(5):
             publish(tenant, "x", {"i": i})
-        engine(slots=1)
+        engine(concurrency=1)
         assert wait_until(lambda: statuses() == {Delivery.HELD: 5})
         time.sleep(0.1)
         assert [r.json() for r in receiver.requests] == [{"i": 0}]
@@ -153,7 +153,7 @@ def test_consecutive_failures_disable_the_endpoint_with_a_reason(engine, setting
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {})
-        engine(slots=1)
+        engine(concurrency=1)
         assert wait_until(lambda: not Endpoint.objects.get(pk=endpoint.pk).enabled)
     endpoint.refresh_from_db()
     assert "2 consecutive failures" in endpoint.disabled_reason
@@ -179,7 +179,7 @@ def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -
         make_endpoint(tenant, receiver.url, max_in_flight=2)
         for i in range(30):
             publish(tenant, "x", {"i": i})
-        engine(slots=8)
+        engine(concurrency=8)
         assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 30}, timeout=20)
     assert peak <= 2
     assert Attempt.objects.count() == 30
@@ -204,7 +204,7 @@ def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(engine, m
         make_endpoint(tenant, receiver.url, max_in_flight=1)
         for i in range(4):
             publish(tenant, "x", {"i": i})
-        engine(slots=2)
+        engine(concurrency=2)
         requests = receiver.wait_for(4)
         assert statuses() == {Delivery.PENDING: 4}  # none recorded yet
         recording_allowed.set()
@@ -218,7 +218,7 @@ def test_first_attempts_keep_arrival_order_per_endpoint(engine) -> None:
         make_endpoint(tenant, receiver.url, max_in_flight=1)
         for i in range(20):
             publish(tenant, "x", {"i": i})
-        engine(slots=4)
+        engine(concurrency=4)
         receiver.wait_for(20)
     assert [r.json()["i"] for r in receiver.requests] == list(range(20))
 
@@ -228,7 +228,7 @@ def test_graceful_stop_finishes_the_request_in_flight(engine) -> None:
         tenant = make_tenant("acme")
         make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {})
-        running = engine(slots=2)
+        running = engine(concurrency=2)
         assert wait_until(lambda: bool(running.in_flight()))
         assert running.stop(graceful=True, timeout=10) is True
     assert statuses() == {Delivery.DELIVERED: 1}
@@ -251,7 +251,7 @@ def test_retry_after_on_a_429_pauses_the_whole_endpoint(engine) -> None:
         make_endpoint(tenant, receiver.url)
         for i in range(3):
             publish(tenant, "x", {"i": i})
-        engine(slots=1)
+        engine(concurrency=1)
         receiver.wait_for(1)
         paused_at = time.monotonic()
         requests = receiver.wait_for(4, timeout=20)

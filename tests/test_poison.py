@@ -18,6 +18,7 @@ from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from delivery.policy import INTERNAL
+from delivery.transport import Transport
 from tenants.models import Endpoint, EndpointSecret
 from tests import signing
 from tests.delivery_helpers import wait_until
@@ -49,8 +50,8 @@ def fast_retries(settings):
 def engine():
     running: list[DeliveryEngine] = []
 
-    def start(slots: int = 4) -> DeliveryEngine:
-        started = DeliveryEngine(slots=slots)
+    def start(concurrency: int = 4) -> DeliveryEngine:
+        started = DeliveryEngine(concurrency=concurrency)
         started.start()
         running.append(started)
         return started
@@ -134,14 +135,14 @@ def inject(step: str, monkeypatch) -> None:
 
         monkeypatch.setattr(sending, "sign_standard_webhooks", failing_sign)
     elif step == sending.SEND:
-        post = sending.post
+        exchange = Transport.exchange
 
-        def failing_post(session, url, body, headers, **options):
+        def failing_exchange(self, url, body, headers, **options):
             if is_poison(body):
                 raise boom
-            return post(session, url, body, headers, **options)
+            return exchange(self, url, body, headers, **options)
 
-        monkeypatch.setattr(sending, "post", failing_post)
+        monkeypatch.setattr(Transport, "exchange", failing_exchange)
     elif step == sending.JUDGE:
         judged = sending.judged
 
@@ -178,7 +179,7 @@ def test_an_exception_at_any_step_is_that_deliverys_recorded_failure(
         inject(step, monkeypatch)
         quiet = QUIET_TENANTS * QUIET_EVENTS_EACH
         started = time.monotonic()
-        engine(slots=4)
+        engine(concurrency=4)
 
         def quiet_delivered() -> bool:
             return Delivery.objects.filter(status=Delivery.DELIVERED).count() == quiet
@@ -221,7 +222,7 @@ def test_a_response_the_database_refuses_is_recorded_without_losing_the_group(en
         make_endpoint(tenant, receiver.url)
         for i in range(3):
             publish(tenant, "x", {"i": i})
-        engine(slots=4)
+        engine(concurrency=4)
         assert wait_until(lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == 3)
     excerpts = set(Attempt.objects.values_list("response_excerpt", flat=True))
     assert excerpts == {"ok\ufffdthen\ufffdmore"}
@@ -251,7 +252,7 @@ def test_odd_event_types_from_ingest_are_delivered_percent_encoded(engine, clien
                 },
             )
             assert response.status_code == 202, response.content
-        engine(slots=4)
+        engine(concurrency=4)
         requests = receiver.wait_for(len(ODD_TYPES))
         assert wait_until(
             lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == len(ODD_TYPES)
@@ -279,7 +280,7 @@ def test_odd_event_types_from_the_publish_api_are_delivered(engine, client) -> N
             HTTP_AUTHORIZATION=f"Bearer {token}",
         )
         assert response.status_code in (200, 202), response.content
-        engine(slots=2)
+        engine(concurrency=2)
         requests = receiver.wait_for(4)
         assert wait_until(lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == 4)
     assert {unquote(r.headers["webhook-event-type"]) for r in requests} == set(ODD_TYPES[:4])

@@ -91,7 +91,7 @@ def test_secrets_never_reach_the_logs(client, caplog, settings) -> None:
             HTTP_AUTHORIZATION=f"Bearer {token}",
         )
         publish(tenant, "x", {})
-        engine = DeliveryEngine(slots=2)
+        engine = DeliveryEngine(concurrency=2)
         engine.start()
         try:
             assert wait_until(lambda: statuses().get("delivered") == 2)

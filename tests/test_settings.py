@@ -30,7 +30,7 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
     [
         ("DEBUG", "maybe"),
         ("LEASE_SECONDS", "600"),
-        ("DELIVERY_SLOTS", "lots"),
+        ("DELIVERY_CONCURRENCY", "lots"),
         ("SCHEDULER_MODE", "random"),
         ("REDIS_URL", "http://127.0.0.1:6379"),
         ("DATABASE_URL", "nosuchdb://x"),

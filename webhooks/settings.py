@@ -179,7 +179,16 @@ if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:
 LEASE_SECONDS = env_int("LEASE_SECONDS", 30, minimum=2, maximum=60)
 
 # Delivery workers.
-DELIVERY_SLOTS = env_int("DELIVERY_SLOTS", 16, minimum=1, maximum=512)
+# Requests one worker process drives at once (one libcurl multi loop, delivery/engine.py):
+# an endpoint that never answers holds one of these until its timeout, so this is sized
+# for hundreds of hung endpoints beside healthy traffic (docs/BENCHMARKS.md: memory per
+# request). DELIVERY_SLOTS is its name from before the loop, still read.
+DELIVERY_CONCURRENCY = env_int(
+    "DELIVERY_CONCURRENCY",
+    env_int("DELIVERY_SLOTS", 1024, minimum=1, maximum=10_000),
+    minimum=1,
+    maximum=10_000,
+)
 DELIVERY_CONNECT_TIMEOUT = env_float("DELIVERY_CONNECT_TIMEOUT", 5.0)
 DELIVERY_RESPONSE_CAP_BYTES = env_int("DELIVERY_RESPONSE_CAP_BYTES", 20_000, minimum=0)
 # Svix's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (then dead).
@@ -216,7 +225,7 @@ LOGGING = {
 }
 
 # `python manage.py rqworker default maintenance` runs delivery workers: RQ workers
-# whose process also runs DELIVERY_SLOTS delivery threads (delivery/worker.py).
+# whose process also runs a delivery engine of DELIVERY_CONCURRENCY requests (delivery/worker.py).
 RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
 MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.

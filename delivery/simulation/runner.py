@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
+from delivery.engine import UNRECORDED_AHEAD
 from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
 from delivery.simulation.environment import RedisDatabase, Workers, child_env
@@ -105,7 +106,7 @@ def execute(
             redis_db.url,
             workdir,
             SCHEDULER_MODE=spec.mode,
-            DELIVERY_SLOTS=str(options["slots"]),
+            DELIVERY_CONCURRENCY=str(options["slots"]),
             **setup.worker_env,
         )
         workers = Workers(options["workers"], env, workdir, spec.label)
@@ -131,9 +132,9 @@ def _drive(
     progress = Progress(title or spec.label)
     sample = _sampler(setup)
     hung_max, outage_set, timed_out = 0, False, False
-    # The engine leases at most 2 x slots per worker; at that bound its feeder waits for
-    # its recorder (the database write), whatever the scheduler holds.
-    lease_limit = 2 * options["slots"] * options["workers"]
+    # The engine leases at most its concurrency + UNRECORDED_AHEAD per worker; at that
+    # bound its feeder waits for its recorder (the database write), whatever is queued.
+    lease_limit = (options["slots"] + UNRECORDED_AHEAD) * options["workers"]
     backlogged = at_limit = 0
     progress_at, last_ok = time.monotonic(), 0
     publisher.start()

@@ -56,7 +56,7 @@ def flood(browser_settings, settings) -> Iterator[Flood]:
         for i in range(FLOOD_B):
             publish(other, "products/update", {"product": i})
         worker = start_worker(
-            DELIVERY_SLOTS="4",
+            DELIVERY_CONCURRENCY="4",
             MAINTENANCE_INTERVAL_SECONDS="1",
             HISTORY_SAMPLE_SECONDS=str(SAMPLE_SECONDS),
         )

@@ -94,7 +94,7 @@ class Command(BaseCommand):
         runs.add_argument(
             "--slots",
             type=int,
-            help="DELIVERY_SLOTS per worker (flood 16, slow-endpoints 100, retry-storm 32)",
+            help="DELIVERY_CONCURRENCY per worker: requests in flight at once (flood 16, slow-endpoints 100, retry-storm 32)",
         )
         runs.add_argument(
             "--seconds",
