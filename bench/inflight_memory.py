@@ -112,7 +112,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webhooks.settings")
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * opts.requests + 256), hard))
     listener, _ = silent_endpoint()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
@@ -120,8 +120,12 @@ def main() -> None:
     thread_kib = held_by_threads(url, opts.requests)
     n = opts.requests
     print(f"{n} requests held open by a silent endpoint")
-    print(f"  one CurlLoop thread : {loop_kib / 1024:7.1f} MiB, {loop_kib / n:6.1f} KiB per request")
-    print(f"  a thread per request: {thread_kib / 1024:7.1f} MiB, {thread_kib / n:6.1f} KiB per request")
+    print(
+        f"  one CurlLoop thread : {loop_kib / 1024:7.1f} MiB, {loop_kib / n:6.1f} KiB per request"
+    )
+    print(
+        f"  a thread per request: {thread_kib / 1024:7.1f} MiB, {thread_kib / n:6.1f} KiB per request"
+    )
 
 
 if __name__ == "__main__":
