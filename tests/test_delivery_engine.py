@@ -307,3 +307,35 @@ def test_load_many_reads_a_pick_in_one_query_and_what_sending_needs_costs_no_mor
     assert {row[5] for row in seen} == {bytes(event.payload)}
     assert {row[2] for row in seen} == {event.id}
     assert loading.load_many([]) == {}
+
+
+def test_hung_endpoints_hold_sockets_not_threads(engine) -> None:
+    # A hundred endpoints that never answer, each at its cap of one, and a healthy one:
+    # one worker holds all hundred requests open in its one request loop (the old engine
+    # would have needed a hundred threads) while the healthy deliveries go out.
+    from tests.http_receivers import HangingServer
+
+    hung_endpoints = 100
+    with HangingServer() as hanging, Recorder() as healthy:
+        tenant = make_tenant("acme")
+        for i in range(hung_endpoints):
+            make_endpoint(tenant, f"{hanging.url}h{i}", max_in_flight=1, timeout_seconds=30)
+        publish(tenant, "x", {})  # one delivery to each of them
+        other = make_tenant("quiet")
+        make_endpoint(other, healthy.url)
+        running = engine(concurrency=hung_endpoints + 28)
+        assert wait_until(lambda: len(hanging.connections) >= hung_endpoints, timeout=20)
+        for i in range(30):
+            publish(other, "y", {"i": i})
+        assert wait_until(
+            lambda: Delivery.objects.filter(tenant=other, status=Delivery.DELIVERED).count() == 30,
+            timeout=20,
+        )
+        # Still holding every hung request, in the threads the engine started with.
+        assert sum(log.closed_at is None for log in hanging.connections) == hung_endpoints
+        assert get_scheduler().snapshot().in_flight >= hung_endpoints
+        # All of them in one thread: the engine starts no thread per request.
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("delivery-requests") == 1
+        assert not [name for name in names if name.startswith("delivery-slot")]
+        running.stop(graceful=False)
