@@ -1,17 +1,29 @@
-"""End-to-end deliveries per second into a fast local receiver, three ways, in one run.
+"""End-to-end deliveries per second into a fast local receiver, several ways, in one run.
 
     .venv/bin/python bench/delivery.py                      # SQLite in a temp dir
     .venv/bin/python bench/delivery.py --database-url postgres://postgres@127.0.0.1:5432/bench_delivery
 
 (a) ours: W `manage.py rqworker default maintenance` processes (DeliveryWorker, each
-    with DELIVERY_SLOTS slot threads) drain N pre-created deliveries (T tenants, one
+    running the delivery engine with DELIVERY_CONCURRENCY=--concurrency requests at
+    once on one libcurl multi loop) drain N pre-created deliveries (T tenants, one
     signed endpoint each, all on the receiver).
-(b) bare: W processes x the same number of threads posting the same payloads with one
-    shared `requests.Session` per process: the ceiling for this HTTP client.
+(b) bare: W processes x --slots threads posting the same payloads with one shared
+    `requests.Session` per process: the ceiling for that HTTP client.
+(b') curl: W processes, each one pycurl.CurlMulti driving up to --concurrency POSTs at
+    once on reused easy handles (keep-alive), the same payloads and headers as (b): the
+    ceiling of the HTTP part of (a) (no database, no Redis, no signing).
 (c) one RQ job per delivery: W `manage.py rqworker default --worker-class
     rq.worker.SimpleWorker` processes; each job loads the Delivery row (with its event
     and endpoint), posts the payload on a per-process pooled session and marks the row
     delivered. No signature, no Attempt row: less work than (a) does.
+(h) hung: ONE worker of ours (DELIVERY_CONCURRENCY = --concurrency + --hung) drains the
+    same backlog twice in one run: alone, then while --hung endpoints (a tenant each,
+    max_in_flight=1, timeout 30 s, 2 deliveries each) point at a listener that accepts,
+    reads and never answers, so the worker holds one request per hung endpoint for the
+    whole second drain. Reported: healthy deliveries/s with the hung ones / without
+    (`healthy_with_hung_ratio`), and the most requests the listener held at once during
+    the second drain (`hung_in_flight_max`, to approach --hung). The listener is then
+    closed (the hung requests end as failed attempts) and the worker stopped.
 
 Every mode is timed the same way: from the first to the last request counted by the
 receiver (an asyncio HTTP/1.1 keep-alive server in its own process, answering 200 at
@@ -32,8 +44,10 @@ import json
 import os
 import pickle
 import random
+import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -166,6 +180,111 @@ class Receiver:
         self.process.wait(10)
 
 
+# --- (h) the listener that accepts, reads and never answers ----------------------------
+
+
+def serve_hung() -> None:
+    """Accept every connection, read whatever comes, answer nothing, in one selectors
+    loop: hundreds of held connections cost a socket each. Control on stdin, one command
+    a line: "stats" (answered with a JSON line on stdout) and "reset" (the maximum and
+    minimum of held connections start again from now)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(4096)
+    server.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(server, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "control")
+    talked: dict[socket.socket, bool] = {}  # open connection -> has sent a request
+    counts = {"accepted": 0, "closed": 0, "held": 0, "held_max": 0, "held_min": 0}
+    control = b""
+    print(server.getsockname()[1], flush=True)
+    while True:
+        for key, _ in selector.select():
+            if key.data == "accept":
+                while True:
+                    try:
+                        conn, _ = server.accept()
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    conn.setblocking(False)
+                    selector.register(conn, selectors.EVENT_READ, "conn")
+                    talked[conn] = False
+                    counts["accepted"] += 1
+            elif key.data == "control":
+                data = os.read(sys.stdin.fileno(), 4096)
+                if not data:
+                    return
+                control += data
+                while b"\n" in control:
+                    line, control = control.split(b"\n", 1)
+                    if line.strip() == b"reset":
+                        counts["held_max"] = counts["held_min"] = counts["held"]
+                    reply = {**counts, "open": len(talked)}
+                    sys.stdout.write(json.dumps(reply) + "\n")
+                    sys.stdout.flush()
+            else:
+                conn = key.fileobj
+                try:
+                    data = conn.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    selector.unregister(conn)
+                    conn.close()
+                    counts["closed"] += 1
+                    if talked.pop(conn):
+                        counts["held"] -= 1
+                        counts["held_min"] = min(counts["held_min"], counts["held"])
+                elif not talked[conn]:
+                    talked[conn] = True
+                    counts["held"] += 1
+                    counts["held_max"] = max(counts["held_max"], counts["held"])
+
+
+class HungListener:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-hung"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        port = int(self.process.stdout.readline())
+        self.url = f"http://127.0.0.1:{port}/hook"
+
+    def _call(self, command: str) -> dict:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def stats(self) -> dict:
+        """accepted, closed, open, held (sent a request, still open), held_max/_min."""
+        return self._call("stats")
+
+    def reset(self) -> dict:
+        """Start the maximum and minimum again from what is held now."""
+        return self._call("reset")
+
+    def close(self) -> None:
+        """Every held connection closes with the process."""
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
 # --- (b) the bare requests loop, in its own processes ---------------------------------
 
 
@@ -198,6 +317,71 @@ def bare_client(url: str, payload_file: str, start: int, count: int, threads: in
     for thread in pool:
         thread.join()
     print(json.dumps({"cpu": time.process_time() - cpu, "errors": len(errors)}), flush=True)
+
+
+# --- (b') the bare pycurl multi loop, in its own processes -----------------------------
+
+
+def curl_client(url: str, payload_file: str, start: int, count: int, concurrency: int) -> None:
+    import pycurl
+
+    with open(payload_file, "rb") as handle:
+        requests_to_send = pickle.load(handle)[start : start + count]
+    multi = pycurl.CurlMulti()
+    idle = []
+    bodies: dict[pycurl.Curl, list[bytes]] = {}
+    for _ in range(max(1, min(concurrency, len(requests_to_send)))):
+        curl = pycurl.Curl()
+        curl.setopt(pycurl.URL, url)
+        curl.setopt(pycurl.NOSIGNAL, 1)
+        curl.setopt(pycurl.CONNECTTIMEOUT, 5)
+        curl.setopt(pycurl.TIMEOUT, 30)
+        chunks: list[bytes] = []
+        curl.setopt(pycurl.WRITEFUNCTION, chunks.append)  # read the body, as (a) does
+        bodies[curl] = chunks
+        idle.append(curl)
+    work = iter(requests_to_send)
+    errors = 0
+    under_way = 0
+
+    print("ready", flush=True)
+    sys.stdin.readline()
+    cpu = time.process_time()
+    more = True
+    while True:
+        while more and idle:
+            try:
+                headers, body = next(work)
+            except StopIteration:
+                more = False
+                break
+            curl = idle.pop()
+            bodies[curl].clear()
+            curl.setopt(pycurl.POSTFIELDS, body)
+            curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in headers.items()])
+            multi.add_handle(curl)
+            under_way += 1
+        if not under_way:
+            break
+        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        ended = 0
+        while True:
+            queued, succeeded, failed = multi.info_read()
+            for curl in succeeded:
+                if curl.getinfo(pycurl.RESPONSE_CODE) != 200:
+                    errors += 1
+            errors += len(failed)
+            for curl in [*succeeded, *(entry[0] for entry in failed)]:
+                multi.remove_handle(curl)
+                idle.append(curl)
+                under_way -= 1
+                ended += 1
+            if not queued:
+                break
+        if not ended:
+            multi.select(1.0)
+    print(json.dumps({"cpu": time.process_time() - cpu, "errors": errors}), flush=True)
 
 
 # --- (c) the job that one RQ job per delivery runs ------------------------------------
@@ -355,7 +539,7 @@ def worker_env(opts, database_url: str, workdir: Path, **extra: str) -> dict:
         "REDIS_URL": opts.redis_url,
         "VAR_DIR": str(workdir / "var"),
         "ALLOW_PRIVATE_DESTINATIONS": "true",
-        "DELIVERY_SLOTS": str(opts.slots),
+        "DELIVERY_CONCURRENCY": str(opts.concurrency),
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
         **extra,
@@ -450,7 +634,7 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
     return result
 
 
-def start_profilers(opts, workers: Workers, workdir: Path) -> list:
+def start_profilers(opts, workers: Workers, workdir: Path, label: str = "ours") -> list:
     """py-spy (collapsed stacks of the thread holding the GIL) on our workers while they drain."""
     if not opts.py_spy:
         return []
@@ -467,7 +651,7 @@ def start_profilers(opts, workers: Workers, workdir: Path) -> list:
                 "200",
                 "--gil",
                 "-o",
-                str(out / f"ours-{index}.txt"),
+                str(out / f"{label}-{index}.txt"),
                 "-p",
                 str(process.pid),
             ],
@@ -485,20 +669,22 @@ def stop_profilers(profilers: list) -> None:
         profiler.wait(30)
 
 
-def run_bare(opts, receiver, redis_client, payload_file: Path) -> dict:
+def run_bare(opts, receiver, redis_client, payload_file: Path, kind: str = "bare") -> dict:
+    """(b) with `kind` "bare" (requests threads), (b') with "curl" (a pycurl multi loop)."""
     receiver.reset()
     per_process = -(-opts.events // opts.workers)
+    parallel = opts.slots if kind == "bare" else opts.concurrency
     clients = [
         subprocess.Popen(
             [
                 sys.executable,
                 __file__,
-                "--bare-client",
+                f"--{kind}-client",
                 receiver.url,
                 str(payload_file),
                 str(index * per_process),
                 str(per_process),
-                str(opts.slots),
+                str(parallel),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -554,12 +740,152 @@ def run_rq_jobs(opts, receiver, redis_client, deliveries, database_url, workdir)
     return result
 
 
+def create_hung(listener_url: str, count: int, per_endpoint: int = 2) -> list:
+    """`count` tenants with one endpoint each on the never-answering listener (cap 1,
+    timeout 30 s) and `per_endpoint` deliveries each."""
+    from delivery.models import Delivery
+    from tenants.models import Endpoint, EndpointSecret, Tenant
+    from webhooks.models import Event
+
+    tenants = Tenant.objects.bulk_create(
+        [Tenant(key=f"hung-{i}.example", name=f"Hung {i}") for i in range(count)]
+    )
+    endpoints = Endpoint.objects.bulk_create(
+        [
+            Endpoint(
+                tenant=t,
+                url=listener_url,
+                max_in_flight=1,
+                retry_max_in_flight=1,
+                timeout_seconds=30,
+            )
+            for t in tenants
+        ]
+    )
+    EndpointSecret.objects.bulk_create([EndpointSecret(endpoint=e) for e in endpoints])
+    events, deliveries = [], []
+    for tenant, endpoint in zip(tenants, endpoints, strict=True):
+        for index in range(per_endpoint):
+            event = Event(
+                tenant=tenant,
+                event_type="order.created",
+                content_type="application/json",
+                payload=b'{"type":"order.created","hung":%d}' % index,
+            )
+            events.append(event)
+            deliveries.append(Delivery(event=event, endpoint=endpoint, tenant=tenant))
+    Event.objects.bulk_create(events, batch_size=500)
+    Delivery.objects.bulk_create(deliveries, batch_size=500)
+    return deliveries
+
+
+def delete_hung(deliveries: list) -> None:
+    from tenants.models import Tenant
+    from webhooks.models import Event
+
+    tenant_ids = {d.tenant_id for d in deliveries}
+    Event.objects.filter(tenant_id__in=tenant_ids).delete()  # deliveries, attempts with them
+    Tenant.objects.filter(pk__in=tenant_ids).delete()  # endpoints, secrets with them
+
+
+def hung_in_scheduler(scheduler, endpoint_ids: set[int]) -> int:
+    """Leases the scheduler counts in flight on the hung endpoints (one snapshot)."""
+    snap = scheduler.snapshot(top_n=len(endpoint_ids) + 100, age_buckets=())
+    return sum(row.in_flight for row in snap.endpoints if row.endpoint_id in endpoint_ids)
+
+
+def wait_scheduler_idle(scheduler, timeout: float) -> None:
+    """Every lease acknowledged and nothing queued: the backlog may be enqueued again."""
+
+    def idle() -> bool:
+        snap = scheduler.snapshot(top_n=0, age_buckets=())
+        return not (snap.in_flight or snap.fresh_depth or snap.retry_depth or snap.delayed_depth)
+
+    wait_for(idle, timeout, "the scheduler to settle", 0.05)
+
+
+def run_hung(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
+    """One worker: the healthy backlog alone, then again while --hung endpoints are held."""
+    from delivery.enqueueing import item_for, reset_scheduler
+    from delivery.models import Attempt
+    from delivery.scheduler import Scheduler
+
+    reset_deliveries()
+    clean_redis(opts.redis_url, REDIS_MARKER)
+    reset_scheduler()
+    receiver.reset()
+    listener = HungListener()
+    hung = create_hung(listener.url, opts.hung)
+    hung_endpoints = {d.endpoint_id for d in hung}
+    concurrency = opts.concurrency + opts.hung
+    env = worker_env(opts, database_url, workdir, DELIVERY_CONCURRENCY=str(concurrency))
+    workers = Workers(1, env, workdir, "hung")
+    result: dict = {"hung": opts.hung, "concurrency": concurrency}
+    profilers: list = []
+    try:
+        workers.wait_registered(redis_client, 60)
+        scheduler = Scheduler.from_settings()
+        scheduler.start_epoch()
+        items = [item_for(d) for d in deliveries]
+
+        def drain_healthy(label: str, profile_as: str) -> dict:
+            receiver.reset()
+            cpu_before = workers_cpu(workers)
+            probe = Probe(redis_client)
+            for start in range(0, len(items), 1000):
+                scheduler.enqueue(items[start : start + 1000])
+            profilers[:] = start_profilers(opts, workers, workdir, profile_as)
+            phase = probe.stop(drain(receiver, len(deliveries), workers, opts.timeout, True))
+            phase["client_cpu"] = workers_cpu(workers) - cpu_before
+            stop_profilers(profilers)
+            profilers.clear()
+            phase["attempts"] = Attempt.objects.count()
+            phase["duplicates"] = phase["requests"] - len(deliveries)
+            print(f"  hung run, {label}: {phase['per_s']:.0f}/s", flush=True)
+            return phase
+
+        result["alone"] = drain_healthy("healthy alone", "hung-alone")
+        wait_scheduler_idle(scheduler, 30)
+        reset_deliveries()  # the hung deliveries stay pending: they were never enqueued
+
+        started = time.monotonic()
+        hung_items = [item_for(d) for d in hung]
+        for start in range(0, len(hung_items), 1000):
+            scheduler.enqueue(hung_items[start : start + 1000])
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: listener.stats()["held"] >= opts.hung, 30, "the hung requests", 0.05)
+        held = listener.reset()
+        result["hung_held_before"] = held["held"]
+        result["hung_fill_seconds"] = time.monotonic() - started
+        print(
+            f"  hung run: {held['held']} of {opts.hung} hung requests held after "
+            f"{result['hung_fill_seconds']:.1f} s",
+            flush=True,
+        )
+        result["with_hung"] = drain_healthy(f"healthy with {opts.hung} hung", "hung-held")
+        after = listener.stats()
+        result["hung_in_flight_max"] = after["held_max"]
+        result["hung_held_min"] = after["held_min"]
+        result["hung_held_after"] = after["held"]
+        result["hung_connections_accepted"] = after["accepted"]
+        result["hung_in_flight_scheduler"] = hung_in_scheduler(scheduler, hung_endpoints)
+        result["seconds_since_hung_started"] = time.monotonic() - started
+        result["ratio"] = result["with_hung"]["per_s"] / result["alone"]["per_s"]
+    finally:
+        stop_profilers(profilers)
+        listener.close()  # the held requests end (empty reply): the worker stops at once
+        workers.stop()
+        delete_hung(hung)
+    return result
+
+
 # --- report ---------------------------------------------------------------------------
 
 
 MODE_NAMES = {
     "ours": "(a) ours: DeliveryWorker",
     "bare": "(b) bare requests.Session loop",
+    "curl": "(b') bare pycurl multi loop",
     "rq": "(c) one RQ job each",
 }
 
@@ -573,10 +899,10 @@ def report(rounds: list[dict], opts, database_url: str) -> dict:
     engine = database_url.split(":", 1)[0]
     print()
     print(
-        f"{opts.events} deliveries, {opts.tenants} tenants, {opts.workers} processes x "
-        f"{opts.slots} threads, {opts.payload_bytes}-byte payloads, {engine}, "
-        f"{len(rounds)} round(s), medians; (c) uses "
-        f"{'the forking Worker' if opts.rq_fork else 'SimpleWorker'}"
+        f"{opts.events} deliveries, {opts.tenants} tenants, {opts.workers} processes each: "
+        f"ours and curl {opts.concurrency} requests at once, bare {opts.slots} threads; "
+        f"{opts.payload_bytes}-byte payloads, {engine}, {len(rounds)} round(s), medians; "
+        f"(c) uses {'the forking Worker' if opts.rq_fork else 'SimpleWorker'}"
     )
     header = f"{'mode':<34}{'per s':>7}{'seconds':>8}{'busy cores':>11}"
     header += f"{'CPU ms/req: client':>19}{'receiver':>9}{'redis':>7}"
@@ -593,37 +919,84 @@ def report(rounds: list[dict], opts, database_url: str) -> dict:
             f"{per_request['receiver_cpu']:>9.2f}{per_request['redis_cpu']:>7.2f}"
         )
     print()
-    figures: dict = {"deliveries_per_s": round(rate.get("ours", 0), 1)}
-    if "bare" in rate:
-        figures["bare_requests_per_s"] = round(rate["bare"], 1)
+    figures: dict = {
+        "deliveries_per_s": round(rate["ours"], 1) if "ours" in rate else None,
+        "bare_requests_per_s": round(rate["bare"], 1) if "bare" in rate else None,
+        "bare_curl_per_s": round(rate["curl"], 1) if "curl" in rate else None,
+        "healthy_with_hung_ratio": None,
+        "hung_in_flight_max": None,
+    }
     if "rq" in rate:
         figures["rq_job_per_delivery_per_s"] = round(rate["rq"], 1)
     if "ours" in rate and "bare" in rate:
         figures["ours_over_bare"] = round(rate["ours"] / rate["bare"], 3)
         print(f"ours / bare   = {rate['ours'] / rate['bare']:6.1%}   (goal >= 70%)")
+    if "ours" in rate and "curl" in rate:
+        figures["ours_over_curl"] = round(rate["ours"] / rate["curl"], 3)
+        print(f"ours / curl   = {rate['ours'] / rate['curl']:6.1%}   (the HTTP part's ceiling)")
     if "ours" in rate and "rq" in rate:
         figures["ours_over_rq_job"] = round(rate["ours"] / rate["rq"], 2)
         print(f"ours / rq-job = {rate['ours'] / rate['rq']:6.1f}x   (goal >= 5x)")
     for index, r in enumerate(rounds):
         line = ", ".join(f"{m} {r[m]['per_s']:.0f}/s" for m in modes)
         if "ours" in r:
-            for other in ("bare", "rq"):
+            for other in ("bare", "curl", "rq"):
                 if other in r:
                     line += f"; ours/{other} {r['ours']['per_s'] / r[other]['per_s']:.2f}"
             line += f"; ours made {r['ours']['attempts']} attempts"
             line += f", {r['ours']['duplicates']} duplicate requests"
         print(f"round {index + 1}: {line}")
+    hung_runs = [r["hung"] for r in rounds if "hung" in r]
+    if hung_runs:
+        report_hung(hung_runs, opts)
+        figures["healthy_with_hung_ratio"] = round(
+            statistics.median(h["ratio"] for h in hung_runs), 3
+        )
+        figures["hung_in_flight_max"] = min(h["hung_in_flight_max"] for h in hung_runs)
     figures.update(
         events=opts.events,
         tenants=opts.tenants,
         workers=opts.workers,
         slots=opts.slots,
+        concurrency=opts.concurrency,
+        hung=opts.hung if hung_runs else 0,
         payload_bytes=opts.payload_bytes,
         database=engine,
         rq_worker="Worker" if opts.rq_fork else "SimpleWorker",
         rounds=rounds,
     )
     return figures
+
+
+def report_hung(runs: list[dict], opts) -> None:
+    print()
+    print(
+        f"hung run: ONE worker, DELIVERY_CONCURRENCY={runs[0]['concurrency']}, the same "
+        f"{opts.events} healthy deliveries alone, then with {opts.hung} hung endpoints held"
+    )
+    header = f"{'run':<5}{'phase':<22}{'per s':>7}{'seconds':>8}{'busy cores':>11}"
+    header += f"{'CPU ms/req: worker':>19}{'receiver':>9}{'redis':>7}{'attempts':>9}{'dup':>5}"
+    print(header)
+    print("-" * len(header))
+    for index, run in enumerate(runs):
+        for phase, name in (("alone", "healthy alone"), ("with_hung", "healthy + hung")):
+            r = run[phase]
+            print(
+                f"{index + 1:<5}{name:<22}{r['per_s']:>7.0f}{r['elapsed']:>8.2f}"
+                f"{r['machine_busy_cores']:>11.2f}{r['client_cpu'] / opts.events * 1000:>19.2f}"
+                f"{r['receiver_cpu'] / opts.events * 1000:>9.2f}"
+                f"{r['redis_cpu'] / opts.events * 1000:>7.2f}{r['attempts']:>9}{r['duplicates']:>5}"
+            )
+        print(
+            f"     ratio {run['ratio']:.3f}; hung held: {run['hung_held_before']} after "
+            f"{run['hung_fill_seconds']:.1f} s; during the healthy drain max "
+            f"{run['hung_in_flight_max']}, min {run['hung_held_min']}, "
+            f"{run['hung_held_after']} at its end (scheduler: "
+            f"{run['hung_in_flight_scheduler']} in flight), "
+            f"{run['hung_connections_accepted']} connections accepted, "
+            f"{run['seconds_since_hung_started']:.1f} s after the hung ones were enqueued"
+        )
+    print()
 
 
 def parse_args() -> argparse.Namespace:
@@ -637,12 +1010,22 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--tenants", type=int, default=50, help="tenants, one endpoint each")
     parser.add_argument(
-        "--slots", type=int, default=16, help="DELIVERY_SLOTS = bare threads per process"
+        "--slots", type=int, default=16, help="(b): requests threads per process (default 16)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="(a): DELIVERY_CONCURRENCY per worker; (b'): POSTs at once per process (default 64)",
+    )
+    parser.add_argument(
+        "--hung",
+        type=int,
+        default=500,
+        help="(h): hung endpoints held while the healthy backlog drains (default 500)",
     )
     parser.add_argument("--payload-bytes", type=int, default=512)
-    parser.add_argument(
-        "--rounds", type=int, default=1, help="repeat (b), (a), (c); report medians"
-    )
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the modes; report medians")
     parser.add_argument(
         "--database-url", help="a dedicated *bench* database (default: temp SQLite)"
     )
@@ -651,9 +1034,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mode")
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     parser.add_argument(
-        "--modes", default="bare,ours,rq", help="which modes, in this order (default all)"
+        "--modes",
+        default="bare,curl,ours,rq",
+        help="which of bare, curl, ours, rq, hung, in this order (default bare,curl,ours,rq)",
     )
-    parser.add_argument("--py-spy", metavar="DIR", help="profile (a) with py-spy into DIR")
+    parser.add_argument(
+        "--py-spy", metavar="DIR", help="profile (a) and (h)'s two drains with py-spy into DIR"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (worker logs)")
     return parser.parse_args()
 
@@ -673,7 +1060,7 @@ def main() -> None:
             opts.events,
             opts.tenants,
             opts.payload_bytes,
-            cap=4 * opts.slots * opts.workers,
+            cap=4 * max(opts.slots, opts.concurrency + opts.hung) * opts.workers,
         )
         print(
             f"created {len(deliveries)} deliveries in {time.monotonic() - started:.1f} s",
@@ -698,8 +1085,8 @@ def main() -> None:
         for index in range(opts.rounds):
             r = {}
             for mode in opts.modes.split(","):
-                if mode == "bare":
-                    r[mode] = run_bare(opts, receiver, redis_client, payload_file)
+                if mode in ("bare", "curl"):
+                    r[mode] = run_bare(opts, receiver, redis_client, payload_file, mode)
                 elif mode == "ours":
                     r[mode] = run_ours(
                         opts, receiver, redis_client, deliveries, database_url, workdir
@@ -708,8 +1095,14 @@ def main() -> None:
                     r[mode] = run_rq_jobs(
                         opts, receiver, redis_client, deliveries, database_url, workdir
                     )
+                elif mode == "hung":
+                    r[mode] = run_hung(
+                        opts, receiver, redis_client, deliveries, database_url, workdir
+                    )
+                    print(f"round {index + 1}: hung ratio {r[mode]['ratio']:.3f}", flush=True)
+                    continue
                 else:
-                    sys.exit(f"unknown mode {mode!r}: bare, ours or rq")
+                    sys.exit(f"unknown mode {mode!r}: bare, curl, ours, rq or hung")
                 print(f"round {index + 1}: {mode} {r[mode]['per_s']:.0f}/s", flush=True)
             rounds.append(r)
         background.append(background_load())
@@ -734,9 +1127,12 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-receiver":
         serve_receiver()
-    elif len(sys.argv) > 1 and sys.argv[1] == "--bare-client":
-        url, payload_file, start, count, threads = sys.argv[2:7]
-        bare_client(url, payload_file, int(start), int(count), int(threads))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--serve-hung":
+        serve_hung()
+    elif len(sys.argv) > 1 and sys.argv[1] in ("--bare-client", "--curl-client"):
+        url, payload_file, start, count, parallel = sys.argv[2:7]
+        client = bare_client if sys.argv[1] == "--bare-client" else curl_client
+        client(url, payload_file, int(start), int(count), int(parallel))
     else:
         with contextlib.suppress(KeyboardInterrupt):
             main()
