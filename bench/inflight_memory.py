@@ -66,7 +66,7 @@ def held_by_the_loop(url: str, count: int) -> int:
     from delivery.transport import Transport
 
     transport = Transport(allow_private=True, max_idle_handles=count)
-    loop = CurlLoop(max_idle_connections=64)
+    loop = CurlLoop(max_connections=count + 64)
     body = b'{"type": "order.created", "id": 7, "pad": "' + b"x" * 400 + b'"}'
     headers = {"Content-Type": "application/json", "webhook-id": "msg_1"}
     before = rss_kib()

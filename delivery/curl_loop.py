@@ -34,10 +34,12 @@ Completed = tuple[pycurl.Curl, int, str]  # handle, curl error code (0: done), m
 
 
 class CurlLoop:
-    def __init__(self, *, max_idle_connections: int) -> None:
+    def __init__(self, *, max_connections: int) -> None:
         self._multi = pycurl.CurlMulti()
-        # Idle keep-alive connections kept across requests, least recently used first out.
-        self._multi.setopt(pycurl.M_MAXCONNECTS, max_idle_connections)
+        # The size of libcurl's connection cache, which holds busy connections as well as
+        # idle ones: past it, the oldest idle connection is closed as a request ends. So
+        # it must exceed the requests under way, or keep-alive stops working under load.
+        self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections)
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._epoll = select.epoll()

@@ -100,7 +100,11 @@ class DeliveryEngine:
             allow_private=settings.ALLOW_PRIVATE_DESTINATIONS,
             max_idle_handles=min(self.concurrency, IDLE_HANDLES),
         )
-        self._curl = CurlLoop(max_idle_connections=IDLE_CONNECTIONS)
+        # libcurl's cache holds every connection, busy ones included, and closes the
+        # oldest idle one whenever it holds more than this: sized by the busy ones alone,
+        # 500 hung requests left no room to keep any healthy endpoint's connection alive
+        # (a new connection per delivery; bench/delivery.py's hung run, docs/BENCHMARKS.md).
+        self._curl = CurlLoop(max_connections=self.concurrency + IDLE_CONNECTIONS)
         self._stopping = threading.Event()  # the feeder stops picking
         self._closed = threading.Event()  # the loop and renewer stop (cold, or all done)
         self._leases: dict[str, Lease] = {}  # picked and not yet released to the scheduler

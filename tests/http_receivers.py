@@ -26,6 +26,7 @@ away, so a test can check that a client really closed its socket, not just gave 
 
 import contextlib
 import json
+import selectors
 import socket
 import ssl
 import sys
@@ -393,3 +394,61 @@ class FullBacklogListener(_Background):
     def stop(self) -> None:
         self._filler.close()
         self._listener.close()
+
+
+class SilentServer(_Background):
+    """Accepts any number of connections in one thread, reads what comes, never answers:
+    hundreds of hung endpoints at the cost of one thread. `open_connections()` counts
+    the connections its clients still hold."""
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOCALHOST}:{self.port}/"
+
+    def start(self) -> None:
+        self._listener = socket.create_server((LOCALHOST, 0), backlog=1024)
+        self._listener.setblocking(False)
+        self.port = self._listener.getsockname()[1]
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        for conn in list(self._open):
+            conn.close()
+        self._selector.close()
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            for key, _ in self._selector.select(0.05):
+                sock = key.fileobj
+                if sock is self._listener:
+                    with contextlib.suppress(BlockingIOError):
+                        conn, _ = self._listener.accept()
+                        conn.setblocking(False)
+                        self._selector.register(conn, selectors.EVENT_READ)
+                        with self._lock:
+                            self._open.add(conn)
+                    continue
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self._selector.unregister(sock)
+                    sock.close()
+                    with self._lock:
+                        self._open.discard(sock)

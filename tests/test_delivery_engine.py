@@ -339,3 +339,27 @@ def test_hung_endpoints_hold_sockets_not_threads(engine) -> None:
         assert names.count("delivery-requests") == 1
         assert not [name for name in names if name.startswith("delivery-slot")]
         running.stop(graceful=False)
+
+
+def test_healthy_connections_stay_alive_while_hundreds_of_requests_hang(engine) -> None:
+    # libcurl's connection cache counts busy connections too: sized for idle ones alone,
+    # 300 hung requests left no room, and every healthy delivery opened a new connection.
+    from tests.http_receivers import SilentServer
+
+    hung_endpoints = 300
+    with SilentServer() as silent, Recorder() as healthy:
+        tenant = make_tenant("acme")
+        for i in range(hung_endpoints):
+            make_endpoint(tenant, f"{silent.url}h{i}", max_in_flight=1, timeout_seconds=30)
+        publish(tenant, "x", {})  # one delivery to each of them
+        other = make_tenant("quiet")
+        make_endpoint(other, healthy.url, max_in_flight=2)
+        running = engine(concurrency=hung_endpoints + 20)
+        assert wait_until(lambda: silent.open_connections() >= hung_endpoints, timeout=20)
+        for i in range(40):
+            publish(other, "y", {"i": i})
+        requests = healthy.wait_for(40, timeout=20)
+        assert silent.open_connections() == hung_endpoints
+        running.stop(graceful=False)
+    # Two requests at a time at most (the cap), over kept-alive connections.
+    assert len({r.client_port for r in requests}) <= 4
