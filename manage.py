@@ -16,7 +16,12 @@ def main():
             "available on your PYTHONPATH environment variable? Did you "
             "forget to activate a virtual environment?"
         ) from exc
-    execute_from_command_line(sys.argv)
+    from webhooks.launch import local_services
+
+    # var/, a development secret key and the embedded Redis, when the environment leaves
+    # them to us (settings itself starts and writes nothing).
+    with local_services():
+        execute_from_command_line(sys.argv)
 
 
 if __name__ == "__main__":

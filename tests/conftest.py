@@ -6,6 +6,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 import redis
 
+from webhooks import launch
+
 # Databases 13 and 14 are left to the benchmarks. Each pytest session takes the first
 # candidate no other live session holds, so concurrent runs never flush each other.
 TEST_REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "15"))
@@ -52,8 +54,17 @@ def _claim_database(base_url: str) -> str | None:
     return None
 
 
+_started_redis = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
+
+    # The test session is a process entry point like manage.py: var/ (the SQLite test
+    # databases live there) and, with REDIS_URL unset, the embedded Redis, stopped at the end.
+    global _started_redis
+    launch.prepare_files()
+    _started_redis = launch.start_embedded_redis()
 
     test_url = _claim_database(settings.REDIS_URL)
     if test_url is None:
@@ -75,6 +86,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if client.get(LOCK_KEY) == str(os.getpid()).encode():
         client.flushdb()
         client.set(MARKER_KEY, "1")
+    if _started_redis:
+        launch.stop_embedded_redis()
 
 
 def mark_as_ours(client: redis.Redis) -> None:

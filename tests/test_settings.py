@@ -99,3 +99,48 @@ def test_secret_file_wins_over_plain_variable(
     monkeypatch.setenv("X_SECRET_FILE", str(tmp_path / "missing"))
     with pytest.raises(ImproperlyConfigured, match="X_SECRET_FILE"):
         secret_from_file_or_env("X_SECRET")
+
+
+def test_setting_up_django_starts_no_process_and_writes_no_file(tmp_path) -> None:
+    var_dir = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SECRET_KEY")}
+    env.update(VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="webhooks.settings")
+    env.pop("DATABASE_URL", None)
+    code = (
+        "import django; django.setup(); from django.conf import settings;"
+        "print(settings.REDIS_URL, settings.EMBEDDED_REDIS)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [f"unix://{var_dir}/redis/redis.sock", "True"]
+    assert not var_dir.exists()  # no directory, no secret key, no redis-server socket or pid
+
+
+def test_manage_py_starts_the_embedded_redis_and_stops_what_it_started(tmp_path) -> None:
+    from webhooks import embedded_redis
+
+    var_dir = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SECRET_KEY")}
+    env.update(VAR_DIR=str(var_dir))
+    env.pop("DATABASE_URL", None)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "import redis; from django.conf import settings;"
+            "print(redis.Redis.from_url(settings.REDIS_URL).ping())",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "True"  # it ran while the command did
+    assert (var_dir / "secret_key").exists()
+    assert not embedded_redis.is_running(var_dir / "redis")  # and was stopped after

@@ -2,7 +2,9 @@
 
 It listens on a unix socket under var/ (no TCP port, so it can never clash with
 or be reached like a shared Redis), keeps nothing on disk, and is shared by every
-process of the checkout: the first one to need it starts it.
+process of the checkout. Importing settings never starts it: a process entry point does
+(`webhooks.launch`: manage.py, the WSGI module, the test session), and the one that
+started it stops it when it exits.
 """
 
 import contextlib
@@ -37,8 +39,17 @@ def find_redis_server() -> str:
     )
 
 
+def socket_for(directory: Path) -> Path:
+    """Where the embedded Redis of `directory` listens (whether or not it runs)."""
+    return directory / "redis.sock"
+
+
 def socket_url(socket_path: Path) -> str:
     return f"unix://{socket_path}"
+
+
+def is_running(directory: Path) -> bool:
+    return _answers(socket_for(directory))
 
 
 def _answers(socket_path: Path) -> bool:

@@ -23,19 +23,21 @@ from webhooks.env import (
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Nothing here writes or starts anything: webhooks.launch makes VAR_DIR, the development
+# secret key and the embedded Redis, from the process entry points.
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
 
 
 def _development_secret_key() -> str:
-    """Generated once into var/ so sessions survive restarts; production sets SECRET_KEY."""
+    """The one webhooks.launch generated into var/ (sessions survive restarts); a key for
+    this process alone if there is none yet. Production sets SECRET_KEY."""
     path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return secrets.token_urlsafe(50)
 
 
 SECRET_KEY = secret_from_file_or_env("SECRET_KEY") or _development_secret_key()
@@ -119,7 +121,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "")
 EMBEDDED_REDIS = not REDIS_URL
 if EMBEDDED_REDIS:
-    REDIS_URL = embedded_redis.socket_url(embedded_redis.ensure_running(VAR_DIR / "redis"))
+    # Its address only: webhooks.launch starts it (see docs/ARCHITECTURE.md).
+    REDIS_URL = embedded_redis.socket_url(embedded_redis.socket_for(VAR_DIR / "redis"))
 elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(
         f"REDIS_URL={REDIS_URL!r} is not valid: expected redis://, rediss:// or unix://."

@@ -11,6 +11,12 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from webhooks import launch
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webhooks.settings")
+# A web server left to its own devices (no REDIS_URL) starts the embedded Redis and leaves
+# it running for the worker processes beside it; production sets REDIS_URL.
+launch.prepare_files()
+launch.start_embedded_redis()
 
 application = get_wsgi_application()

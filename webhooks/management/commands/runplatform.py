@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from webhooks import demo, embedded_redis
+from webhooks import demo
 
 
 class Command(BaseCommand):
@@ -79,6 +79,5 @@ class Command(BaseCommand):
                 child.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
-        if settings.EMBEDDED_REDIS:
-            embedded_redis.stop(settings.VAR_DIR / "redis")
-            self.stdout.write("Embedded Redis stopped.")
+        # The embedded Redis, if this command's process started it, is stopped by
+        # manage.py (webhooks.launch) as it exits.
