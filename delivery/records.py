@@ -53,19 +53,6 @@ class Recorded:
     endpoint_disabled: bool
 
 
-def record_attempt(
-    delivery: Delivery,
-    result: HttpResult,
-    decision: Decision,
-    *,
-    started_at: datetime,
-    request_headers: dict[str, str],
-) -> Recorded:
-    """Persist one attempt (the one-delivery form of record_many)."""
-    [recorded] = record_many([Sent(delivery, result, decision, started_at, request_headers)])
-    return recorded
-
-
 def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Recorded]:
     """Persist a group of attempts, and hold `held` (their endpoint is disabled), in one
     transaction; returns what became of each of `sent`, in order.
@@ -107,11 +94,6 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
         Recorded(status=status, next_attempt_at=next_attempt_at, endpoint_disabled=off)
         for (status, next_attempt_at), off in zip(plans, disabled, strict=True)
     ]
-
-
-def hold(delivery: Delivery) -> None:
-    """The endpoint is disabled: keep the delivery, attempt nothing, count nothing."""
-    record_many([], held=[delivery])
 
 
 def _plan(decision: Decision, now: datetime) -> tuple[str, datetime | None]:

@@ -163,10 +163,6 @@ class Endpoint(models.Model):
         wanted = self.event_type_filter()
         return not wanted or event_type in wanted
 
-    def active_secrets(self) -> list[str]:
-        now = timezone.now()
-        return [s.secret for s in self.secrets.all() if s.expires_at is None or s.expires_at > now]
-
 
 class EndpointSecret(models.Model):
     """A signing secret; several are active while a rotation is in progress."""

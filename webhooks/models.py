@@ -97,10 +97,6 @@ class Source(models.Model):
     def __str__(self) -> str:
         return self.name or self.slug
 
-    def active_secrets(self) -> list[str]:
-        now = timezone.now()
-        return [s.secret for s in self.secrets.all() if s.expires_at is None or s.expires_at > now]
-
 
 class SourceSecret(models.Model):
     """A secret the provider signs with; several are accepted during a rotation."""
