@@ -44,11 +44,11 @@ def main() -> None:
     from prometheus_client import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
+    from core.ids import new_ulid
     from delivery.enqueueing import get_scheduler
     from delivery.metrics import ScheduleCollector
     from delivery.scheduler import Item
     from tenants.models import Endpoint, Tenant
-    from webhooks.ids import new_ulid
 
     call_command("migrate", verbosity=0)
     scheduler = get_scheduler()

@@ -19,8 +19,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
-from webhooks.ids import new_ulid
 
 MARKER = "fairhooks:bench"
 CANDIDATE_DBS = (14, 13, 6, 5, 4, 3, 2, 1)

@@ -20,10 +20,10 @@ from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
+from core.env import env_int
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery, TenantSample
 from tenants.models import Tenant
-from webhooks.env import env_int
 from webhooks.models import Event
 
 logger = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 from django.db import models
 from django.utils import timezone
 
+from core.ids import new_ulid
 from tenants.models import Endpoint, Tenant
-from webhooks.ids import new_ulid
 from webhooks.models import Event
 
 # The rows the indexes of work still to do hold. Nearly every row ends up delivered, and

@@ -1,7 +1,7 @@
 """Writing what happened: Attempt rows and the Deliveries' new status, in one transaction.
 
 A worker records the deliveries that finished while its previous write ran as one
-group (a group commit): one INSERT for their Attempts (webhooks.plain_insert), one
+group (a group commit): one INSERT for their Attempts (core.plain_insert), one
 UPDATE for all that were delivered, a row-by-row UPDATE only for the rarer failures,
 whose values differ.
 """
@@ -15,11 +15,11 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core import plain_insert
 from delivery import endpoint_health
 from delivery.models import Attempt, Delivery
 from delivery.policy import Decision
 from delivery.transport import HttpResult
-from webhooks import plain_insert
 
 _STATUS_FOR_ACTION = {
     "delivered": Delivery.DELIVERED,

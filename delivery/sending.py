@@ -25,13 +25,13 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 
+from core.signatures import sign_standard_webhooks
 from delivery import loading, records
 from delivery.models import Delivery
 from delivery.policy import DEAD, INTERNAL, RETRY, Decision, decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import Exchange, HttpResult, Transport
 from tenants.models import Endpoint, EndpointSecret
-from webhooks.signatures import sign_standard_webhooks
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "fairhooks/0.1 (+webhook delivery)"

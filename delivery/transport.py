@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit
 import certifi
 import pycurl
 
-from delivery import netguard
+from core import netguard
 
 TIMEOUT = "timeout"
 CONNECTION = "connection"

@@ -6,6 +6,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
+from core.netguard import validate_destination_url
 from tenants import share
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
 
@@ -67,8 +68,6 @@ class EndpointForm(forms.ModelForm):
         ]
 
     def clean_url(self) -> str:
-        from delivery.netguard import validate_destination_url
-
         url = self.cleaned_data["url"]
         validate_destination_url(url, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS)
         return url

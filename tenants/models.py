@@ -10,6 +10,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from core.signatures import standard_webhooks_key
+
 WEIGHT_CHOICES = [(1, "1 - standard"), (2, "2 - double"), (4, "4 - quadruple"), (8, "8 - octuple")]
 
 
@@ -186,8 +188,6 @@ class EndpointSecret(models.Model):
 
 def validate_standard_webhooks_secret(secret: str) -> None:
     """A secret we sign with must decode, or every delivery to the endpoint would fail."""
-    from webhooks.signatures import standard_webhooks_key
-
     try:
         standard_webhooks_key(secret)
     except ValueError as exc:

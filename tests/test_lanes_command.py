@@ -6,10 +6,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from core.ids import new_ulid
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Item
 from tests.factories import make_endpoint, make_tenant
-from webhooks.ids import new_ulid
 
 pytestmark = pytest.mark.django_db
 

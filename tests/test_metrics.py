@@ -9,10 +9,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.ids import new_ulid
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Item
 from tests.factories import make_endpoint, make_source, make_tenant
-from webhooks.ids import new_ulid
 from webhooks.models import Source
 from webhooks.publish import publish
 

@@ -3,10 +3,10 @@
 import pytest
 from django.db import IntegrityError, transaction
 
+from core.ids import new_ulid, ulid_time_ms
 from delivery.models import Delivery
 from tenants.models import EndpointSecret, Membership, mask_secret
 from tests.factories import make_endpoint, make_source, make_tenant, make_user
-from webhooks.ids import new_ulid, ulid_time_ms
 from webhooks.models import ApiToken, Event, hash_token
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.core.exceptions import ValidationError
 
-from delivery import netguard, transport
-from delivery.netguard import is_forbidden_address, validate_destination_url
+from core import netguard
+from core.netguard import is_forbidden_address, validate_destination_url
+from delivery import transport
 from tests.http_receivers import Recorder, ScriptedServer
 
 

@@ -1,4 +1,4 @@
-"""webhooks.plain_insert: rows it writes, from instances or from plain values, read back
+"""core.plain_insert: rows it writes, from instances or from plain values, read back
 exactly like rows the ORM wrote (run on SQLite and PostgreSQL alike), and an
 auto-increment key is left to the database."""
 
@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db import IntegrityError, connection, transaction
 
+from core import plain_insert
 from delivery.models import Attempt, Delivery
 from tests.factories import make_endpoint, make_tenant
-from webhooks import plain_insert
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db

@@ -5,12 +5,12 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
+from core.ids import new_ulid
 from delivery import maintenance
 from delivery.enqueueing import get_scheduler
 from delivery.maintenance import RebuildInProgress
 from delivery.scheduler import Item
 from tests.factories import make_endpoint, make_tenant
-from webhooks.ids import new_ulid
 from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
+from core.ids import new_ulid, ulid_time_ms
 from delivery.scheduler import Item, Lease, Scheduler
-from webhooks.ids import new_ulid, ulid_time_ms
 
 T0 = 1_800_000_000.0
 

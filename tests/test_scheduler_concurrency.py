@@ -10,9 +10,9 @@ from collections import Counter
 import redis
 from django.conf import settings
 
+from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
 from tests.test_scheduler import assert_no_tenant_keys, check_invariants
-from webhooks.ids import new_ulid
 
 PRODUCERS, CONSUMERS = 2, 3
 PER_PRODUCER, BATCH = 1500, 25

@@ -17,9 +17,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
 from tests.test_scheduler import FakeClock, assert_no_tenant_keys, check_invariants
-from webhooks.ids import new_ulid
 
 TENANTS = (1, 2, 3, None)
 ENDPOINTS = (1, 2, 3)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from webhooks.env import env_bool, env_float_list, env_int, env_list
+from core.env import env_bool, env_float_list, env_int, env_list
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ def test_list_readers(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_secret_file_wins_over_plain_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from webhooks.env import secret_from_file_or_env
+    from core.env import secret_from_file_or_env
 
     secret_file = tmp_path / "key"
     secret_file.write_text("from-file\n")

@@ -13,7 +13,7 @@ from django.test import RequestFactory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhooks.signatures import (
+from core.signatures import (
     SignatureError,
     VerificationConfig,
     sign_standard_webhooks,

@@ -21,10 +21,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core import plain_insert
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
-from webhooks import key_hygiene, plain_insert
+from webhooks import key_hygiene
 from webhooks.fairness_key import KeyResult
 from webhooks.models import Event, Source, SourceSecret
 

@@ -6,9 +6,9 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
+from core.ids import new_ulid
 from tenants.models import Endpoint, Tenant, mask_secret, validate_standard_webhooks_secret
 from webhooks.fairness_key import validate_location
-from webhooks.ids import new_ulid
 
 
 class Source(models.Model):

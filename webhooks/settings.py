@@ -11,8 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from webhooks import embedded_redis
-from webhooks.env import (
+from core.env import (
     env_bool,
     env_float,
     env_float_list,
@@ -21,6 +20,7 @@ from webhooks.env import (
     env_str,
     secret_from_file_or_env,
 )
+from webhooks import embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Nothing here writes or starts anything: webhooks.launch makes VAR_DIR, the development

@@ -17,17 +17,17 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from webhooks import providers
-from webhooks.accept import accept, load_source, resolve_tenant
-from webhooks.body import BodyError, check_content_encoding, parse_body, read_limited
-from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
-from webhooks.models import Source
-from webhooks.signatures import (
+from core.signatures import (
     SignatureError,
     VerificationConfig,
     standard_webhooks_key,
     verify_request,
 )
+from webhooks import providers
+from webhooks.accept import accept, load_source, resolve_tenant
+from webhooks.body import BodyError, check_content_encoding, parse_body, read_limited
+from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
+from webhooks.models import Source
 
 logger = logging.getLogger(__name__)
 # Headers worth keeping with the event (for support and replay); never auth material.

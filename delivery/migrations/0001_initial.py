@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import webhooks.ids
+import core.ids
 from django.db import migrations, models
 
 
@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Delivery',
             fields=[
-                ('id', models.CharField(default=webhooks.ids.new_ulid, editable=False, max_length=26, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=core.ids.new_ulid, editable=False, max_length=26, primary_key=True, serialize=False)),
                 ('status', models.CharField(choices=[('pending', 'Pending'), ('delivered', 'Delivered'), ('retry_scheduled', 'Retry scheduled'), ('held', 'Held (endpoint disabled)'), ('dead', 'Dead (retries exhausted)')], default='pending', max_length=20)),
                 ('lane', models.CharField(choices=[('fresh', 'Fresh'), ('retry', 'Retry')], default='fresh', max_length=10)),
                 ('attempts', models.PositiveIntegerField(default=0)),

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from webhooks.ids import ULID_LENGTH, new_ulid
+from core.ids import ULID_LENGTH, new_ulid
 
 from . import keys, scripts, snapshot
 from .records import Item, Lease, PickResult, Snapshot

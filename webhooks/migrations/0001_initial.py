@@ -3,7 +3,7 @@
 import django.db.models.deletion
 import django.utils.timezone
 import webhooks.fairness_key
-import webhooks.ids
+import core.ids
 from django.db import migrations, models
 
 
@@ -69,7 +69,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Event',
             fields=[
-                ('id', models.CharField(default=webhooks.ids.new_ulid, editable=False, max_length=26, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=core.ids.new_ulid, editable=False, max_length=26, primary_key=True, serialize=False)),
                 ('event_type', models.CharField(blank=True, max_length=200)),
                 ('headers', models.JSONField(blank=True, default=dict)),
                 ('content_type', models.CharField(blank=True, default='application/json', max_length=200)),
