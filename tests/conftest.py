@@ -106,3 +106,21 @@ def redis_conn() -> redis.Redis:
     yield client
     mark_as_ours(client)  # a test may have flushed the database itself
     client.close()
+
+
+@pytest.fixture
+def engine():
+    """start(concurrency) runs a DeliveryEngine in this process; all are stopped after."""
+    from delivery.engine import DeliveryEngine
+
+    engines: list[DeliveryEngine] = []
+
+    def start(concurrency: int = 4) -> DeliveryEngine:
+        running = DeliveryEngine(concurrency=concurrency)
+        running.start()
+        engines.append(running)
+        return running
+
+    yield start
+    for running in engines:
+        running.stop(graceful=True, timeout=10)

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 import pytest
 
 from delivery import loading
-from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from tenants.models import Endpoint, EndpointSecret
@@ -29,21 +28,6 @@ def fast_delivery_settings(settings):
     settings.RETRY_SCHEDULE_SECONDS = [0.2, 0.2, 0.2]
     settings.RETRY_JITTER = 0.0
     settings.LEASE_SECONDS = 5
-
-
-@pytest.fixture
-def engine():
-    engines: list[DeliveryEngine] = []
-
-    def start(concurrency: int = 4) -> DeliveryEngine:
-        running = DeliveryEngine(concurrency=concurrency)
-        running.start()
-        engines.append(running)
-        return running
-
-    yield start
-    for running in engines:
-        running.stop(graceful=True, timeout=10)
 
 
 def verify_standard_webhooks(secret: str, headers, body: bytes) -> bool:
@@ -309,6 +293,14 @@ def test_load_many_reads_a_pick_in_one_query_and_what_sending_needs_costs_no_mor
     assert loading.load_many([]) == {}
 
 
+def hang_one_delivery_each(url: str, count: int) -> None:
+    """`count` endpoints at `url` (which never answers), cap 1 each, one delivery to each."""
+    tenant = make_tenant("acme")
+    for i in range(count):
+        make_endpoint(tenant, f"{url}h{i}", max_in_flight=1, timeout_seconds=30)
+    publish(tenant, "x", {})  # a tenant's event goes to each of its endpoints
+
+
 def test_hung_endpoints_hold_sockets_not_threads(engine) -> None:
     # A hundred endpoints that never answer, each at its cap of one, and a healthy one:
     # one worker holds all hundred requests open in its one request loop (the old engine
@@ -317,10 +309,7 @@ def test_hung_endpoints_hold_sockets_not_threads(engine) -> None:
 
     hung_endpoints = 100
     with HangingServer() as hanging, Recorder() as healthy:
-        tenant = make_tenant("acme")
-        for i in range(hung_endpoints):
-            make_endpoint(tenant, f"{hanging.url}h{i}", max_in_flight=1, timeout_seconds=30)
-        publish(tenant, "x", {})  # one delivery to each of them
+        hang_one_delivery_each(hanging.url, hung_endpoints)
         other = make_tenant("quiet")
         make_endpoint(other, healthy.url)
         running = engine(concurrency=hung_endpoints + 28)
@@ -348,10 +337,7 @@ def test_healthy_connections_stay_alive_while_hundreds_of_requests_hang(engine) 
 
     hung_endpoints = 300
     with SilentServer() as silent, Recorder() as healthy:
-        tenant = make_tenant("acme")
-        for i in range(hung_endpoints):
-            make_endpoint(tenant, f"{silent.url}h{i}", max_in_flight=1, timeout_seconds=30)
-        publish(tenant, "x", {})  # one delivery to each of them
+        hang_one_delivery_each(silent.url, hung_endpoints)
         other = make_tenant("quiet")
         make_endpoint(other, healthy.url, max_in_flight=2)
         running = engine(concurrency=hung_endpoints + 20)

@@ -14,7 +14,6 @@ from urllib.parse import unquote
 import pytest
 
 from delivery import records, sending
-from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from delivery.policy import INTERNAL
@@ -44,21 +43,6 @@ def fast_retries(settings):
     settings.RETRY_SCHEDULE_SECONDS = [0.2, 0.2, 0.2]
     settings.RETRY_JITTER = 0.0
     settings.LEASE_SECONDS = LEASE_SECONDS
-
-
-@pytest.fixture
-def engine():
-    running: list[DeliveryEngine] = []
-
-    def start(concurrency: int = 4) -> DeliveryEngine:
-        started = DeliveryEngine(concurrency=concurrency)
-        started.start()
-        running.append(started)
-        return started
-
-    yield start
-    for started in running:
-        started.stop(graceful=True, timeout=10)
 
 
 def is_poison(body: bytes) -> bool:
