@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dashboards import pacing
+from dashboards.pacing import EndpointFacts, PlatformFacts, Status, TenantFacts
 from delivery.scheduler import EndpointRow
-from tenants import pacing
-from tenants.pacing import EndpointFacts, PlatformFacts, Status, TenantFacts
 
 NOW = datetime(2026, 3, 3, 14, 0, tzinfo=UTC)
 HEALTHY = EndpointFacts(label="https://shop.example/hooks", max_in_flight=4)

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "webhooks",
     "tenants",
     "delivery",
+    "dashboards",
 ]
 
 MIDDLEWARE = [
@@ -71,7 +72,7 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
-ROOT_URLCONF = "webhooks.urls"
+ROOT_URLCONF = "project.urls"
 WSGI_APPLICATION = "webhooks.wsgi.application"
 
 TEMPLATES = [

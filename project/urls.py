@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from delivery import admin_overview
+from dashboards import overview as admin_overview
 from delivery.views import metrics
 from webhooks import api, views
 
@@ -19,5 +19,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     # Tenant dashboards (/t/<key>/) and the login page tenants use (not the admin's).
-    path("", include("tenants.urls")),
+    path("", include("dashboards.urls")),
 ]

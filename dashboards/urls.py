@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from tenants import views
+from dashboards import views
 
 app_name = "tenants"
 

@@ -4,7 +4,7 @@ it waits, and the buttons to act on it.
 It reads one scheduler snapshot (the OVERVIEW_TOP_N oldest backlogged tenants and the
 busiest endpoints, a bounded Redis call) and a handful of grouped, indexed queries, so it
 costs the same at 10 or 100,000 tenants. The pacing status in words comes from the same
-code as the tenants' own dashboards (tenants.pacing), so operators and customers read
+code as the tenants' own dashboards (dashboards.pacing), so operators and customers read
 the same reason. Actions post here and reuse what the admin actions do.
 """
 
@@ -25,13 +25,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from dashboards import pacing
 from delivery import history
 from delivery.endpoint_health import enable
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
 from delivery.replay import replay
 from delivery.scheduler import EndpointRow, Snapshot, TenantRow
-from tenants import pacing
 from tenants.models import WEIGHT_CHOICES, Endpoint, Tenant
 from webhooks import key_hygiene
 

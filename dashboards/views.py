@@ -1,6 +1,6 @@
 """Tenant-facing pages: a tenant's own dashboard, its live JSON status and its charts.
 
-Every view goes through tenants.access.tenant_view (membership or a share link). What a
+Every view goes through dashboards.access.tenant_view (membership or a share link). What a
 tenant sees is built by `tenant_status()`, from the scheduler's snapshot (Redis, one
 bounded call) and a few indexed queries on the tenant's own rows. Other tenants appear
 only as counts ("sharing turns with 3 other tenants"), never by key or name.
@@ -19,12 +19,12 @@ from django.template.loader import render_to_string
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 
+from dashboards import pacing
+from dashboards.access import TenantAccess, tenant_view
 from delivery import history
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from delivery.scheduler import Snapshot, TenantRow
-from tenants import pacing
-from tenants.access import TenantAccess, tenant_view
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Event
 

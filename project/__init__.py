@@ -1,0 +1,1 @@
+"""The project's composition, on top of every app: its URL map."""
