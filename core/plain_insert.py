@@ -42,10 +42,8 @@ Prepared = tuple[Sequence[models.Model], str, list[list[Any]]]
 # psycopg re-parses an INSERT's text for placeholders on every call once it carries over
 # 50 parameters (it caches only smaller statements) and quotes each value into the text
 # in Python; COPY streams the rows through its C dumpers, and the server parses no SQL
-# per row. Measured per group of Attempt rows, client CPU and (server included) wall
-# time: 15 rows 0.40-0.46 against 0.62-0.77 ms of CPU, 0.66-0.72 against 1.0-1.15 ms;
-# 6 rows 0.24-0.29 against 0.30 ms; at 3 rows INSERT is cheaper (0.17-0.19 against
-# 0.20-0.22 ms of CPU): a COPY takes a second round trip.
+# per row. Below this many rows INSERT is cheaper: a COPY takes a second round trip
+# (the figures: docs/BENCHMARKS.md, session 7).
 COPY_FROM_ROWS = 6
 
 
