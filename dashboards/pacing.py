@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 
-from delivery.scheduler.records import EndpointRow, Snapshot
+from delivery.scheduler import EndpointRow, Snapshot
 
 
 class Status(StrEnum):

@@ -283,7 +283,7 @@ def test_recent_rate_prefers_the_short_window_when_it_holds_enough() -> None:
 
 
 def test_platform_facts_leave_paused_tenants_out_and_estimate_the_unseen() -> None:
-    from delivery.scheduler.records import Snapshot, TenantRow
+    from delivery.scheduler import Snapshot, TenantRow
 
     def row(tenant_id: int, weight: int, paused: bool = False) -> TenantRow:
         return TenantRow(tenant_id, 5, 0, 0, 0, 30.0, weight, paused)

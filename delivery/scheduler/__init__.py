@@ -6,7 +6,8 @@ wait, and pause_endpoint after a Retry-After; operators use set_tenant / set_end
 Design and guarantees: docs/SCHEDULER.md.
 """
 
-from .records import (
+from .scheduler import Scheduler
+from .values import (
     FRESH,
     RETRY,
     EndpointRow,
@@ -16,7 +17,6 @@ from .records import (
     Snapshot,
     TenantRow,
 )
-from .scheduler import Scheduler
 
 __all__ = [
     "FRESH",

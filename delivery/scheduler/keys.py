@@ -4,7 +4,7 @@ Every key starts with ``wh:{<shard>}:``: the braces are a Redis Cluster hash tag
 keys of one shard live in one slot and each script can touch them atomically.
 """
 
-from .records import FRESH, RETRY
+from .values import FRESH, RETRY
 
 FALLBACK_TOKEN = "fb"  # noqa: S105 (a lane name, not a secret)
 KIND_OF_LANE = {FRESH: "f", RETRY: "r"}

@@ -16,7 +16,7 @@ import redis
 from core.ids import ULID_LENGTH, new_ulid
 
 from . import keys, scripts, snapshot
-from .records import Item, Lease, PickResult, Snapshot
+from .values import Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
 _OUTCOME = re.compile(r"[a-z_]{1,32}")

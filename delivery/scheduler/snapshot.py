@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .keys import tenant_id_of
-from .records import EndpointRow, Snapshot, TenantRow
+from .values import EndpointRow, Snapshot, TenantRow
 
 # Prometheus-style upper bounds (seconds) for the tenants' backlog-age histogram.
 DEFAULT_AGE_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
