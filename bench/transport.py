@@ -12,7 +12,7 @@ four ways, interleaved round by round so the machine's noise hits all of them al
   it was built on next (urllib3 comes with requests);
 - pycurl bare: one `pycurl.Curl` set up once and performed again and again (URL, body,
   headers and a write callback, nothing else): the floor of libcurl from Python;
-- transport.post: the platform's (libcurl through pycurl: a handle from the free list,
+- Transport.post: the platform's (libcurl through pycurl: a handle from the free list,
   every option set again per request, the SSRF guard on each new connection, the total
   deadline, the capped read, header parsing in Python).
 
@@ -101,11 +101,10 @@ def pycurl_bare(url: str) -> Callable[[], int]:
 
 
 def transport_post(url: str) -> Callable[[], int]:
-    session = transport.new_session(pool_maxsize=4, allow_private=True)
+    session = transport.Transport(max_idle_handles=4, allow_private=True)
 
     def post() -> int:
-        result = transport.post(
-            session,
+        result = session.post(
             url,
             BODY,
             HEADERS,
@@ -138,7 +137,7 @@ def main() -> None:
             "requests.Session": requests_post(receiver.url),
             "urllib3 PoolManager": urllib3_post(receiver.url),
             "pycurl bare": pycurl_bare(receiver.url),
-            "transport.post (ours)": transport_post(receiver.url),
+            "Transport.post (ours)": transport_post(receiver.url),
         }
         for post in ways.values():  # warm: connections open, code paths hot
             cpu_ms_per_post(post, 200)
@@ -153,7 +152,7 @@ def main() -> None:
     print(f"{'way':24s} {'CPU ms/POST':>12s} {'min':>7s} {'max':>7s}")
     for name, values in samples.items():
         print(f"{name:24s} {medians[name]:12.3f} {min(values):7.3f} {max(values):7.3f}")
-    ours = medians["transport.post (ours)"]
+    ours = medians["Transport.post (ours)"]
     print(f"ours / requests.Session = {ours / medians['requests.Session']:.2f}")
     print(f"ours / urllib3          = {ours / medians['urllib3 PoolManager']:.2f}")
     print(f"ours / pycurl bare      = {ours / medians['pycurl bare']:.2f}")

@@ -74,15 +74,10 @@ def header_value(value: str) -> str:
     return quote(value, safe=_HEADER_SAFE)
 
 
-def build_headers(delivery: Delivery, secrets: list[str], now: float) -> dict[str, str]:
-    """Standard Webhooks headers. webhook-id is the event id: the same on every try and
-    for every endpoint, so receivers can drop duplicates."""
-    headers = unsigned_headers(delivery, now)
-    sign(headers, delivery, secrets)
-    return headers
-
-
 def unsigned_headers(delivery: Delivery, now: float) -> dict[str, str]:
+    """Standard Webhooks headers but the signature (sign() adds it). webhook-id is the
+    event id: the same on every try and for every endpoint, so receivers can drop
+    duplicates."""
     event = delivery.event
     headers = {
         "Content-Type": header_value(event.content_type or "application/octet-stream"),

@@ -592,37 +592,6 @@ class Transport:
         return target
 
 
-def new_session(
-    *, pool_maxsize: int, allow_private: bool, ca_certs: str | None = None
-) -> Transport:
-    """A Transport keeping up to `pool_maxsize` idle handles (kept for compatibility:
-    the engine's threads each take one)."""
-    return Transport(
-        allow_private=allow_private, ca_certs=ca_certs, max_idle_handles=max(1, pool_maxsize)
-    )
-
-
-def post(
-    session: Transport,
-    url: str,
-    body: bytes,
-    headers: Mapping[str, str],
-    *,
-    connect_timeout: float,
-    total_timeout: float,
-    response_cap_bytes: int,
-) -> HttpResult:
-    """`session.post(...)`: POST `body` to `url` once, within `total_timeout` seconds."""
-    return session.post(
-        url,
-        body,
-        headers,
-        connect_timeout=connect_timeout,
-        total_timeout=total_timeout,
-        response_cap_bytes=response_cap_bytes,
-    )
-
-
 def parse_retry_after(value: str | None, now: float) -> float | None:
     """Retry-After (delay-seconds or HTTP-date) as seconds after `now` (a Unix time).
 

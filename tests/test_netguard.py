@@ -88,8 +88,8 @@ def endpoint() -> Iterator[Recorder]:
 
 
 def post(session: transport.Transport, url: str) -> transport.HttpResult:
-    return transport.post(
-        session, url, b"{}", {}, connect_timeout=1.0, total_timeout=2.0, response_cap_bytes=100
+    return session.post(
+        url, b"{}", {}, connect_timeout=1.0, total_timeout=2.0, response_cap_bytes=100
     )
 
 
@@ -201,7 +201,7 @@ def test_a_public_answer_among_forbidden_ones_is_the_one_connected_to(endpoint):
 
 
 def test_allow_private_reaches_a_local_receiver(endpoint):
-    session = transport.new_session(pool_maxsize=2, allow_private=True)
+    session = transport.Transport(max_idle_handles=2, allow_private=True)
     session.resolve = [f"receiver.internal:{endpoint.port}:127.0.0.1"]
     for host in ("127.0.0.1", "127.1", "receiver.internal"):
         result = post(session, f"http://{host}:{endpoint.port}/")

@@ -1,4 +1,4 @@
-"""transport.post and Transport.exchange against real HTTP servers on 127.0.0.1: every
+"""Transport.post and Transport.exchange against real HTTP servers on 127.0.0.1: every
 outcome becomes an HttpResult, on a handle alone or inside a CurlMulti."""
 
 import contextlib
@@ -46,7 +46,7 @@ def session() -> Iterator[transport.Transport]:
 
 def post(session: transport.Transport, url: str, **overrides: float) -> transport.HttpResult:
     options = {"connect_timeout": 2.0, "total_timeout": 5.0, "response_cap_bytes": 1000}
-    return transport.post(session, url, BODY, HEADERS, **{**options, **overrides})
+    return session.post(url, BODY, HEADERS, **{**options, **overrides})
 
 
 def test_2xx_arrives_with_body_and_headers_and_is_recorded_as_delivered(session):
@@ -308,8 +308,8 @@ def test_excerpt_is_decoded_by_the_response_charset(session, content_type, body,
     assert result.response_excerpt == excerpt
 
 
-def test_new_session_is_a_guarded_transport_checking_certificates_against_certifi():
-    session = transport.new_session(pool_maxsize=7, allow_private=False)
+def test_a_transport_is_guarded_and_checks_certificates_against_certifi():
+    session = transport.Transport(max_idle_handles=7, allow_private=False)
     assert isinstance(session, transport.Transport)
     assert session.allow_private is False
     assert session.max_idle_handles == 7
@@ -356,8 +356,8 @@ def _tls_context(cert: Path, key: Path, server_names: list[str | None]) -> ssl.S
 
 def test_https_through_the_guard_sends_sni_and_verifies_the_host_name(localhost_cert):
     server_names: list[str | None] = []
-    session = transport.new_session(
-        pool_maxsize=1, allow_private=True, ca_certs=str(localhost_cert[0])
+    session = transport.Transport(
+        max_idle_handles=1, allow_private=True, ca_certs=str(localhost_cert[0])
     )
     with Recorder(ssl_context=_tls_context(*localhost_cert, server_names)) as endpoint:
         result = post(session, f"https://localhost:{endpoint.port}/")
@@ -494,8 +494,7 @@ def test_post_is_safe_from_many_threads_at_once(session):
     def slot(mine: list[bytes]) -> None:
         start.wait()
         for body in mine:
-            result = transport.post(
-                session,
+            result = session.post(
                 endpoint.url,
                 body,
                 HEADERS,

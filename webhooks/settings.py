@@ -20,12 +20,12 @@ from core.env import (
     env_str,
     secret_from_file_or_env,
 )
-from webhooks import embedded_redis
+from webhooks import embedded_redis, launch
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Nothing here writes or starts anything: webhooks.launch makes VAR_DIR, the development
 # secret key and the embedded Redis, from the process entry points.
-VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = launch.var_dir()  # one reading of VAR_DIR for settings and the set-up alike
 
 DEBUG = env_bool("DEBUG", False)
 
