@@ -151,6 +151,10 @@ class Recorder(_Background):
 
 
 class _RecordingHTTPServer(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: sixteen clients connecting at once on a busy
+    # machine overflow it, and a dropped handshake waits a second or three for its retransmit.
+    request_queue_size = 128
+
     def __init__(self, recorder: Recorder) -> None:
         super().__init__((LOCALHOST, 0), _RecordingHandler)
         self.recorder = recorder

@@ -511,7 +511,7 @@ def test_post_is_safe_from_many_threads_at_once(session):
             thread.start()
         for thread in threads:
             thread.join()
+        assert [(r.status_code, r.error_kind) for r in results] == [(200, "")] * len(bodies)
         received = endpoint.wait_for(len(bodies))
-    assert [(r.status_code, r.error_kind) for r in results] == [(200, "")] * len(bodies)
     assert sorted(request.body for request in received) == sorted(bodies)
     assert len(session._free) <= session.max_idle_handles
