@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
-from delivery.simulation.environment import Workers  # noqa: E402
+from simulation.environment import Workers  # noqa: E402
 
 REDIS_MARKER = "fairhooks:bench-delivery"
 JOB_PATH = "bench.delivery.rq_job_deliver"
@@ -605,6 +605,7 @@ def drain(
 
 
 def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
+    from core import redis_connection
     from delivery.enqueueing import item_for, reset_scheduler
     from delivery.models import Attempt
     from delivery.scheduler import Scheduler
@@ -618,7 +619,7 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
         workers.wait_registered(redis_client, 60)
         cpu_before = workers_cpu(workers)
         probe = Probe(redis_client)
-        scheduler = Scheduler.from_settings()
+        scheduler = Scheduler.from_settings(redis_connection.shared())
         scheduler.start_epoch()  # else the sweeper takes the flushed db for a lost schedule
         items = [item_for(d) for d in deliveries]
         for start in range(0, len(items), 1000):  # each call lands atomically
@@ -806,6 +807,7 @@ def wait_scheduler_idle(scheduler, timeout: float) -> None:
 
 def run_hung(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
     """One worker: the healthy backlog alone, then again while --hung endpoints are held."""
+    from core import redis_connection
     from delivery.enqueueing import item_for, reset_scheduler
     from delivery.models import Attempt
     from delivery.scheduler import Scheduler
@@ -824,7 +826,7 @@ def run_hung(opts, receiver, redis_client, deliveries, database_url, workdir) ->
     profilers: list = []
     try:
         workers.wait_registered(redis_client, 60)
-        scheduler = Scheduler.from_settings()
+        scheduler = Scheduler.from_settings(redis_connection.shared())
         scheduler.start_epoch()
         items = [item_for(d) for d in deliveries]
 

@@ -27,7 +27,6 @@ from django.views.decorators.http import require_POST
 
 from dashboards import pacing
 from delivery import history
-from delivery.endpoint_health import enable
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
 from delivery.replay import replay
@@ -340,7 +339,7 @@ def act(request: HttpRequest) -> HttpResponse:
     if action == "reenable":
         _need(request, "tenants.change_endpoint")
         endpoint = get_object_or_404(Endpoint, pk=_number(request, "endpoint"))
-        released = enable(endpoint)
+        released = endpoint.enable()
         messages.success(request, f"{endpoint} enabled; {released} held deliveries resumed.")
         return _back(request)
     tenant_pk = request.POST.get("tenant", "")

@@ -110,19 +110,9 @@ def disable(endpoint: Endpoint, reason: str) -> bool:
     return bool(changed)
 
 
-def enable(endpoint: Endpoint) -> int:
-    """Re-enable and release held deliveries in order; returns how many were released."""
-    Endpoint.objects.filter(pk=endpoint.pk).update(
-        enabled=True,
-        disabled_reason="",
-        disabled_at=None,
-        consecutive_failures=0,
-        failing_since=None,
-    )
-    return release_held(endpoint)
-
-
 def release_held(endpoint: Endpoint) -> int:
+    """Put the endpoint's held deliveries back in their lanes, in their original order;
+    returns how many. Runs when an endpoint is re-enabled (Endpoint.enable, or a save)."""
     held = list(
         Delivery.objects.filter(endpoint=endpoint, status=Delivery.HELD)
         .select_related("tenant", "endpoint")

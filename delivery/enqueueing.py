@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import redis
 from django.db import transaction
 
+from core import redis_connection
 from delivery.models import Delivery
 from delivery.scheduler import Item, Scheduler
 
@@ -23,14 +24,16 @@ def get_scheduler() -> Scheduler:
     """One Scheduler (and connection pool) per process, built from settings on first use."""
     global _scheduler
     if _scheduler is None:
-        _scheduler = Scheduler.from_settings()
+        _scheduler = Scheduler.from_settings(redis_connection.shared())
     return _scheduler
 
 
 def reset_scheduler() -> None:
-    """Forget the cached Scheduler (tests that change settings, or after a fork)."""
+    """Forget the cached Scheduler and its client (tests that change settings, or after a
+    fork)."""
     global _scheduler
     _scheduler = None
+    redis_connection.forget()
 
 
 def item_for(delivery: Delivery) -> Item:

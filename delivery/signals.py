@@ -15,6 +15,7 @@ from django.dispatch import receiver
 from delivery.endpoint_health import release_held
 from delivery.enqueueing import get_scheduler
 from tenants.models import Endpoint, Tenant
+from tenants.signals import endpoint_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -55,3 +56,8 @@ def endpoint_saved(sender, instance: Endpoint, created: bool, **kwargs) -> None:
     )
     if instance.enabled and not created:
         release_held(instance)
+
+
+@receiver(endpoint_enabled)
+def resume_held(sender, endpoint: Endpoint, **kwargs) -> int:
+    return release_held(endpoint)

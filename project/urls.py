@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 
 from dashboards import overview as admin_overview
 from delivery.views import metrics
-from webhooks import api, views
+from ingest import api, views
 
 admin.site.site_header = "Fair webhooks: operations"
 admin.site.site_title = "Fair webhooks"

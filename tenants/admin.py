@@ -109,9 +109,7 @@ class EndpointAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-enable selected endpoints (held deliveries resume in order)")
     def reenable_endpoints(self, request, queryset) -> None:
-        from delivery.endpoint_health import enable
-
-        released = sum(enable(endpoint) for endpoint in queryset)
+        released = sum(endpoint.enable() for endpoint in queryset)
         messages.success(
             request, f"{queryset.count()} endpoints enabled; {released} held deliveries resumed."
         )

@@ -11,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from core.signatures import standard_webhooks_key
+from tenants import signals
 
 WEIGHT_CHOICES = [(1, "1 - standard"), (2, "2 - double"), (4, "4 - quadruple"), (8, "8 - octuple")]
 
@@ -155,6 +156,21 @@ class Endpoint(models.Model):
         """What the scheduler enforces; None = no rate limit."""
         rate = self.rate_limit_per_second
         return float(rate) if rate else None
+
+    def enable(self) -> int:
+        """Re-enable with a clean failure streak, then let the apps above resume what was
+        held (tenants.signals.endpoint_enabled); returns how many deliveries resumed."""
+        Endpoint.objects.filter(pk=self.pk).update(
+            enabled=True,
+            disabled_reason="",
+            disabled_at=None,
+            consecutive_failures=0,
+            failing_since=None,
+        )
+        self.enabled, self.disabled_reason, self.disabled_at = True, "", None
+        self.consecutive_failures, self.failing_since = 0, None
+        answers = signals.endpoint_enabled.send(sender=Endpoint, endpoint=self)
+        return sum(resumed for _, resumed in answers if isinstance(resumed, int))
 
     def event_type_filter(self) -> list[str]:
         return [

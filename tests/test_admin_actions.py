@@ -6,9 +6,9 @@ from django.urls import reverse
 
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from ingest.publish import publish
 from tenants.models import EndpointSecret
 from tests.factories import make_endpoint, make_tenant
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

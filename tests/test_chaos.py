@@ -210,7 +210,7 @@ def test_redis_down_during_ingest_still_acknowledges_and_delivers_after(
 
 
 def test_hung_endpoint_holds_only_its_cap_while_others_deliver(workers, settings) -> None:
-    from webhooks.publish import publish
+    from ingest.publish import publish
 
     settings.ALLOW_PRIVATE_DESTINATIONS = True
     start, _ = workers

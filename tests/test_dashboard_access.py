@@ -7,9 +7,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
+from ingest.publish import publish
 from tenants import share
 from tests.factories import make_endpoint, make_tenant, make_user
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,10 +13,10 @@ from delivery import enqueueing
 from delivery.maintenance import rebuild_schedule
 from delivery.models import Delivery
 from delivery.scheduler import Scheduler
+from ingest.publish import publish
 from tenants.models import Endpoint, Tenant
 from tests.factories import make_endpoint, make_tenant, make_user
 from webhooks.models import Event
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OVERVIEW = "/admin/overview/"

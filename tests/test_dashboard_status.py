@@ -11,9 +11,9 @@ from django.utils import timezone
 from delivery import enqueueing, history, maintenance
 from delivery.models import Attempt, Delivery, TenantSample
 from delivery.scheduler import Scheduler
+from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant, make_user
 from webhooks.models import Event
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AGE = 120.0  # seconds the scheduler's clock is moved ahead: every head is this old

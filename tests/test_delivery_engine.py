@@ -12,12 +12,12 @@ import pytest
 from delivery import loading
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
+from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
 from tests.http_receivers import Recorder, Reply
 from webhooks.models import Event
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,8 +97,6 @@ def test_exhausted_retries_make_a_dead_letter(engine) -> None:
 
 
 def test_410_disables_the_endpoint_and_holds_its_work_until_reenabled(engine) -> None:
-    from delivery.endpoint_health import enable
-
     with Recorder(Reply(410), Reply(200)) as receiver:
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url)
@@ -109,7 +107,7 @@ def test_410_disables_the_endpoint_and_holds_its_work_until_reenabled(engine) ->
         assert not endpoint.enabled and "410" in endpoint.disabled_reason
         publish(tenant, "x", {"i": 1})  # arrives while disabled: held, not attempted
         assert statuses() == {Delivery.HELD: 2}
-        assert enable(endpoint) == 2
+        assert endpoint.enable() == 2
         assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 2})
         bodies = [r.json() for r in receiver.requests]
         assert running.sent >= 3

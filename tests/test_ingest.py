@@ -16,11 +16,11 @@ from django.utils import timezone
 
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from ingest import views
 from tenants.models import EndpointSecret, Tenant
 from tests import signing
 from tests.factories import make_endpoint, make_source, make_tenant
 from tests.http_receivers import HangingServer
-from webhooks import views
 from webhooks.models import Event, Source, SourceSecret
 
 SECRET = "shpss_test_secret"
@@ -479,7 +479,7 @@ def test_standard_webhooks_source_with_only_an_undecodable_secret_is_401_misconf
 ) -> None:
     gateway("sw", "whsec_not*base64!", Source.STANDARD_WEBHOOKS)
     views._last_warned.clear()  # warnings are rate-limited per source and problem
-    with caplog.at_level(logging.WARNING, logger="webhooks.views"):
+    with caplog.at_level(logging.WARNING, logger="ingest.views"):
         response = post_standard(client, b"{}", secret=SW_SECRET)
     assert response.status_code == 401
     assert "source misconfigured" in response.json()["error"]
@@ -492,7 +492,7 @@ def test_an_undecodable_secret_beside_a_good_one_is_skipped(client, caplog) -> N
     source = gateway("sw", SW_SECRET, Source.STANDARD_WEBHOOKS)
     SourceSecret.objects.create(source=source, secret="whsec_%%%")
     views._last_warned.clear()
-    with caplog.at_level(logging.WARNING, logger="webhooks.views"):
+    with caplog.at_level(logging.WARNING, logger="ingest.views"):
         assert post_standard(client, b"{}").status_code == 202
     assert any("not whsec_<base64>" in record.getMessage() for record in caplog.records)
 

@@ -22,10 +22,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from delivery.models import Delivery
+from ingest import views
 from tests import signing
 from tests.delivery_helpers import database_url_for_subprocesses
 from tests.factories import make_endpoint, make_source, make_tenant
-from webhooks import views
 from webhooks.models import Event, Source
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -413,8 +413,8 @@ def _free_port() -> int:
 # gunicorn, with the body idle timeout shortened so the stalled-body row takes a second.
 _LAUNCHER = """
 import sys
-import webhooks.body
-webhooks.body.BODY_IDLE_TIMEOUT_SECONDS = 1.0
+import ingest.body
+ingest.body.BODY_IDLE_TIMEOUT_SECONDS = 1.0
 from gunicorn.app.wsgiapp import run
 sys.argv = ["gunicorn", *sys.argv[1:]]
 run()

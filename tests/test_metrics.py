@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.ids import new_ulid
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Item
+from ingest.publish import publish
 from tests.factories import make_endpoint, make_source, make_tenant
 from webhooks.models import Source
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"

@@ -18,14 +18,14 @@ from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from delivery.policy import INTERNAL
 from delivery.transport import Transport
+from ingest.accept import accept
+from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests import signing
 from tests.delivery_helpers import wait_until
 from tests.factories import make_endpoint, make_source, make_tenant
 from tests.http_receivers import Recorder
-from webhooks.accept import accept
 from webhooks.models import ApiToken, Source
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,10 +9,10 @@ from django.test import Client
 
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from ingest.accept import accept
+from ingest.publish import PublishError, publish
 from tests.factories import make_endpoint, make_source, make_tenant
-from webhooks.accept import accept
 from webhooks.models import ApiToken, Event
-from webhooks.publish import PublishError, publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ from delivery import maintenance
 from delivery.enqueueing import get_scheduler
 from delivery.maintenance import RebuildInProgress
 from delivery.scheduler import Item
+from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
-from webhooks.publish import publish
 
 pytestmark = pytest.mark.django_db
 

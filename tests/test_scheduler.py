@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from core import redis_connection
 from core.ids import new_ulid, ulid_time_ms
 from delivery.scheduler import Item, Lease, Scheduler
 
@@ -689,7 +690,7 @@ def test_from_settings_reads_the_settings_at_call_time(settings):
     settings.SCHEDULER_TURN_SIZE = 3
     settings.LEASE_SECONDS = 7
 
-    sched = Scheduler.from_settings()
+    sched = Scheduler.from_settings(redis_connection.shared())
 
     assert (sched.mode, sched.shard, sched.turn_size, sched.lease_seconds) == ("fifo", 5, 3, 7)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from delivery.simulation.report import FIGURES
+from simulation.report import FIGURES
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--workers", "1", "--slots", "8", "--timeout", "60"]

@@ -9,10 +9,10 @@ from rq import Queue, Worker
 
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from ingest.publish import publish
 from tests.delivery_helpers import start_worker, statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
 from tests.http_receivers import Recorder, Reply
-from webhooks.publish import publish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from delivery.enqueueing import get_scheduler
+from core import redis_connection
 from tenants.models import Tenant
 from webhooks.models import Source
 
@@ -95,7 +95,7 @@ def _window_keys(source_id: int, kind: str, now: float) -> list[str]:
 
 
 def _connection() -> redis.Redis:
-    return get_scheduler().connection
+    return redis_connection.shared()
 
 
 # After a Redis error, counting pauses this long (per client): with Redis hanging, each

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "tenants",
     "delivery",
     "dashboards",
+    "simulation",
 ]
 
 MIDDLEWARE = [

@@ -1,6 +1,6 @@
 """The fair scheduler: the only module that knows a Redis key of the schedule.
 
-Usage: ``Scheduler.from_settings()`` then enqueue / pick / ack / retry_later / renew /
+Usage: ``Scheduler.from_settings(connection)`` then enqueue / pick / ack / retry_later / renew /
 wait, and pause_endpoint after a Retry-After; operators use set_tenant / set_endpoint
 (weights, pauses, caps, rates) / snapshot; rebuilds use epoch / start_epoch / clear.
 Design and guarantees: docs/SCHEDULER.md.

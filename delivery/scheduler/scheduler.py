@@ -8,7 +8,6 @@ import contextlib
 import math
 import re
 from collections.abc import Callable, Sequence
-from functools import cache
 from typing import Any
 
 import redis
@@ -33,15 +32,6 @@ def _rate(value: float | None, what: str) -> str:
     if not 0 < rate <= MAX_RATE:  # also refuses NaN
         raise ValueError(f"{what} must be None (unlimited) or in (0, {MAX_RATE:g}], not {value!r}")
     return repr(rate)
-
-
-@cache
-def _client(url: str, socket_timeout: float | None, connect_timeout: float | None) -> redis.Redis:
-    """One client (one connection pool) per URL, timeouts and process. Options given in
-    the URL itself (`?socket_timeout=...`) take precedence over these."""
-    return redis.Redis.from_url(
-        url, socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout
-    )
 
 
 class Scheduler:
@@ -83,16 +73,13 @@ class Scheduler:
         self._scripts = scripts.register_all(connection)
 
     @classmethod
-    def from_settings(cls) -> "Scheduler":
-        """A scheduler configured from django.conf.settings, read now (not at import)."""
+    def from_settings(cls, connection: redis.Redis) -> "Scheduler":
+        """A scheduler on `connection`, configured from django.conf.settings read now (the
+        scheduler itself needs no Django: this is its one door to it)."""
         from django.conf import settings
 
         return cls(
-            _client(
-                settings.REDIS_URL,
-                getattr(settings, "REDIS_SOCKET_TIMEOUT", None),
-                getattr(settings, "REDIS_CONNECT_TIMEOUT", None),
-            ),
+            connection,
             mode=settings.SCHEDULER_MODE,
             shard=settings.SCHEDULER_SHARD,
             turn_size=settings.SCHEDULER_TURN_SIZE,

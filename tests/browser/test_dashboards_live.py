@@ -15,12 +15,12 @@ import pytest
 from django.contrib.auth.models import User
 
 from delivery.models import Delivery
+from ingest.publish import publish
 from tenants import share
 from tenants.models import Tenant
 from tests.delivery_helpers import start_worker, wait_until
 from tests.factories import make_endpoint, make_tenant, make_user
 from tests.http_receivers import Recorder, Reply
-from webhooks.publish import publish
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -2,7 +2,7 @@
 
 A plan is a list of events with the second (from the start of the run) at which each
 is sent. The publisher thread walks it in ticks: each tick, the events now due from one
-group of senders are accepted together by `webhooks.accept.accept_many`, the function
+group of senders are accepted together by `ingest.accept.accept_many`, the function
 behind both the publish API (sender side) and ingest (gateway side), with its
 transaction, its Delivery rows and its enqueue on commit. Only HTTP and signature
 checking are skipped: a bulk in-process publish, so that the load generator does not
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from django.db import close_old_connections, connection, transaction
 
+from ingest.accept import accept_many
 from tenants.models import Tenant
-from webhooks.accept import accept_many
 from webhooks.models import Source
 
 TICK_SECONDS = 0.02

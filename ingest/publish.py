@@ -1,14 +1,14 @@
 """The sender side: publish events for a tenant, to be fanned out to its endpoints.
 
-`publish()` is for in-process producers; the HTTP API (webhooks/api.py) validates and
+`publish()` is for in-process producers; the HTTP API (ingest/api.py) validates and
 calls the same code. Events are persisted, then enqueued on commit.
 """
 
 import json
 from dataclasses import dataclass
 
+from ingest.accept import Accepted, accept, accept_many
 from tenants.models import Tenant
-from webhooks.accept import Accepted, accept, accept_many
 
 MAX_EVENT_TYPE_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 255

@@ -16,7 +16,7 @@ Each request is recorded as (webhook-id, path, arrival time, status, retry). `re
 retry from a first attempt the way a real one could, by the id.
 
 Control requests (the runner's): GET /__stats, GET /__records, POST /__reset,
-POST /__down?until=UNIX_TIME[&retry_after=1] (up again at that time). Run with `python -m delivery.simulation.receiver SERVICE_MS`;
+POST /__down?until=UNIX_TIME[&retry_after=1] (up again at that time). Run with `python -m simulation.receiver SERVICE_MS`;
 it prints its port, then serves until killed.
 """
 
@@ -195,7 +195,7 @@ class Receiver:
 
     def __init__(self, service_ms: float) -> None:
         self.process = Popen(
-            [sys.executable, "-m", "delivery.simulation.receiver", str(service_ms)],
+            [sys.executable, "-m", "simulation.receiver", str(service_ms)],
             stdout=PIPE,
             text=True,
         )

@@ -20,9 +20,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from webhooks.body import BodyError, read_limited
+from ingest.body import BodyError, read_limited
+from ingest.publish import PublishError, publish_batch, tenants_by_key, validate
 from webhooks.models import ApiToken, hash_token
-from webhooks.publish import PublishError, publish_batch, tenants_by_key, validate
 
 BEARER = "bearer "
 LAST_USED_RESOLUTION = timedelta(seconds=60)

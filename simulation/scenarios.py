@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from delivery.simulation.receiver import Receiver
-from delivery.simulation.traffic import Planned, Sender
+from simulation.receiver import Receiver
+from simulation.traffic import Planned, Sender
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Source
 

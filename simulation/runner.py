@@ -2,7 +2,7 @@
 send the traffic, watch until it is delivered, collect what the receiver saw.
 
 This runs in the child process that `simulate` starts with the simulation's own
-DATABASE_URL and REDIS_URL (see delivery/management/commands/simulate.py), so the
+DATABASE_URL and REDIS_URL (see simulation/management/commands/simulate.py), so the
 platform code it calls (accept, enqueue on commit, the scheduler) uses them unchanged.
 """
 
@@ -19,11 +19,11 @@ from django.test import override_settings
 from delivery.engine import UNRECORDED_AHEAD
 from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
-from delivery.simulation.environment import RedisDatabase, Workers, child_env
-from delivery.simulation.receiver import Receiver
-from delivery.simulation.report import SPLIT, Observed, summarize
-from delivery.simulation.scenarios import BUILDERS, RunSpec, Setup
-from delivery.simulation.traffic import Publisher
+from simulation.environment import RedisDatabase, Workers, child_env
+from simulation.receiver import Receiver
+from simulation.report import SPLIT, Observed, summarize
+from simulation.scenarios import BUILDERS, RunSpec, Setup
+from simulation.traffic import Publisher
 from tenants.models import Tenant
 from webhooks.models import Event, Source
 

@@ -9,7 +9,7 @@ import statistics
 import sys
 from typing import Any
 
-from delivery.simulation.report import ratio
+from simulation.report import ratio
 
 SCENARIO_ROWS: dict[str, list[tuple[str, str]]] = {
     "flood": [

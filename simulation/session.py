@@ -1,7 +1,7 @@
 """A whole `simulate` invocation inside the child process: every run, then the table,
 the goals, --json and --plot.
 
-Entry: `python -m delivery.simulation.session` with SIMULATE_OPTIONS (JSON) and the
+Entry: `python -m simulation.session` with SIMULATE_OPTIONS (JSON) and the
 simulation's DATABASE_URL/REDIS_URL in the environment; the command starts it.
 """
 
@@ -58,11 +58,11 @@ def main() -> int:
     import django
 
     django.setup()
-    from delivery.simulation.environment import RedisDatabase
-    from delivery.simulation.receiver import Receiver
-    from delivery.simulation.runner import execute, prepare_database
-    from delivery.simulation.scenarios import runs_for
-    from delivery.simulation.summary import goals, median_runs, print_table
+    from simulation.environment import RedisDatabase
+    from simulation.receiver import Receiver
+    from simulation.runner import execute, prepare_database
+    from simulation.scenarios import runs_for
+    from simulation.summary import goals, median_runs, print_table
 
     # A SIGTERM (the command forwards its own) stops like Ctrl-C: workers and receiver
     # are stopped on the way out rather than left running.
@@ -114,7 +114,7 @@ def main() -> int:
         Path(options["json"]).write_text(json.dumps(figures, indent=1))
         print(f"figures written to {options['json']}")
     if options.get("plot"):
-        from delivery.simulation.plot import write_plot
+        from simulation.plot import write_plot
 
         write_plot(Path(options["plot"]), scenario, _pooled(rounds))
         print(f"plot written to {options['plot']}")

@@ -1,7 +1,7 @@
 """`manage.py simulate SCENARIO`: the platform end to end under a noisy neighbour.
 
 Thin on purpose: parse the arguments, take a Redis database and a database for the
-simulation, and run delivery.simulation.session in a child process whose environment
+simulation, and run simulation.session in a child process whose environment
 points the whole platform at them (settings come from the environment, so that is the
 one clean way to swap both stores). The child prints progress and the results.
 """
@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from delivery.simulation.environment import ROOT, RedisDatabase, child_env, prepare_database
-from delivery.simulation.scenarios import DEFAULTS, SCENARIOS
+from simulation.environment import ROOT, RedisDatabase, child_env, prepare_database
+from simulation.scenarios import DEFAULTS, SCENARIOS
 
 HELP = """\
 Run the real platform under a noisy neighbour and measure who waits.
@@ -258,9 +258,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_child(env: dict[str, str]) -> int:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "delivery.simulation.session"], cwd=ROOT, env=env
-    )
+    child = subprocess.Popen([sys.executable, "-m", "simulation.session"], cwd=ROOT, env=env)
     # A SIGTERM to us goes on to the child, which stops its workers before it exits.
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     while True:

@@ -23,9 +23,9 @@ from core.signatures import (
     standard_webhooks_key,
     verify_request,
 )
-from webhooks import providers
-from webhooks.accept import accept, load_source, resolve_tenant
-from webhooks.body import BodyError, check_content_encoding, parse_body, read_limited
+from ingest import providers
+from ingest.accept import accept, load_source, resolve_tenant
+from ingest.body import BodyError, check_content_encoding, parse_body, read_limited
 from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
 from webhooks.models import Source
 

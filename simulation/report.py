@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from delivery.simulation.traffic import Accepted
+from simulation.traffic import Accepted
 
 # The figures --json promises for every run (None where a scenario has no such thing).
 FIGURES = (
