@@ -4,7 +4,8 @@
 
 It fills a Redis database of its own (it refuses one holding other data) with one queued
 delivery for each of N tenants, then times full scrapes of the collector the web process
-serves (Redis snapshot + counters + the database lookups for top-N labels), against a
+serves (Redis snapshot + counters + the database lookups for top-N labels and statuses,
+and the status window's one pipelined round trip), against a
 fresh SQLite database in a temporary folder.
 """
 
@@ -45,8 +46,8 @@ def main() -> None:
     from prometheus_client.registry import CollectorRegistry
 
     from core.ids import new_ulid
+    from dashboards.metrics import ScheduleCollector
     from delivery.enqueueing import get_scheduler
-    from delivery.metrics import ScheduleCollector
     from delivery.scheduler import Item
     from tenants.models import Endpoint, Tenant
 
@@ -77,6 +78,21 @@ def main() -> None:
         return real(*a, **k)
 
     scheduler.connection.execute_command = counting
+    real_pipeline = scheduler.connection.pipeline
+
+    def counted_pipeline(*a, **k):  # a pipeline is one round trip, whatever it holds
+        pipe = real_pipeline(*a, **k)
+        run = pipe.execute
+
+        def execute(*ea, **ek):
+            nonlocal calls
+            calls += 1
+            return run(*ea, **ek)
+
+        pipe.execute = execute
+        return pipe
+
+    scheduler.connection.pipeline = counted_pipeline
     timings, size = [], 0
     for _ in range(args.scrapes):
         t0 = time.perf_counter()

@@ -8,6 +8,7 @@ code as the tenants' own dashboards (dashboards.pacing), so operators and custom
 the same reason. Actions post here and reuse what the admin actions do.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import redis
 from django.contrib import admin, messages
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -25,7 +26,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from dashboards import pacing
+from dashboards import pacing, status
 from delivery import history
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
@@ -53,6 +54,7 @@ class TenantLine:
     held: int
     dead: int
     delayed: int  # the snapshot's count, or the database's when nothing is queued
+    holding_endpoint_id: int | None = None  # the endpoint its status names, if any
 
     @property
     def age(self) -> float:
@@ -87,42 +89,6 @@ class EndpointLine:
         return "at its concurrency cap"
 
 
-def _facts(
-    row: TenantRow | None,
-    tenant: Tenant | None,
-    endpoints: list[Endpoint],
-    capacity: dict[int, EndpointRow],
-    held: dict[int, int],
-    delivered: int,
-    retrying: int,
-) -> pacing.TenantFacts:
-    return pacing.TenantFacts(
-        weight=row.weight if row else (tenant.weight if tenant else 1),
-        paused=bool(row and row.paused) or bool(tenant and not tenant.is_active),
-        fresh=row.fresh if row else 0,
-        retry=row.retry if row else 0,
-        # No row: nothing queued, so the database's retries all wait for their due time.
-        delayed=row.delayed if row else retrying,
-        in_flight=row.in_flight if row else 0,
-        held=sum(held.get(e.pk, 0) for e in endpoints),
-        oldest_age_seconds=row.oldest_age_seconds if row else 0.0,
-        delivered_last_minute=delivered,
-        endpoints=tuple(
-            pacing.EndpointFacts(
-                label=e.url,
-                enabled=e.enabled,
-                max_in_flight=e.max_in_flight,
-                consecutive_failures=e.consecutive_failures,
-                held=held.get(e.pk, 0),
-                **pacing.live_endpoint_fields(capacity.get(e.pk)),
-            )
-            for e in endpoints
-        ),
-        rate_limit_per_second=tenant.effective_rate_per_second() if tenant else None,
-        rate_limited=bool(row and row.rate_limited),
-    )
-
-
 def held_counts() -> dict[int, int]:
     """Held deliveries per disabled endpoint (the only place they wait), each count
     capped (history.LIVE_COUNT_CAP) so a disabled endpoint holding millions stays cheap."""
@@ -138,74 +104,43 @@ def held_counts() -> dict[int, int]:
 
 def tenant_lines(snapshot: Snapshot, held_by_endpoint: dict[int, int]) -> list[TenantLine]:
     """The snapshot's backlogged tenants, plus tenants whose work is held or failing (held
-    and delayed work is not queued, so the snapshot's age ranking cannot show it)."""
-    rows: dict[int | None, TenantRow | None] = {r.tenant_id: r for r in snapshot.tenants}
+    and delayed work is not queued, so the snapshot's age ranking cannot show it). Each
+    status is dashboards.status's, the same the tenant's own page shows."""
+    keys: list[int | None] = [r.tenant_id for r in snapshot.tenants]
     troubled = Endpoint.objects.filter(
         Q(pk__in=list(held_by_endpoint)) | Q(enabled=True, consecutive_failures__gt=0),
         tenant__isnull=False,
     ).values_list("tenant_id", flat=True)[:ENDPOINTS_SHOWN]
-    for tenant_id in troubled:
-        rows.setdefault(tenant_id, None)
-    ids = [t for t in rows if t is not None]
-    tenants = Tenant.objects.in_bulk(ids)
-    endpoints: dict[int, list[Endpoint]] = {}
-    for endpoint in Endpoint.objects.filter(tenant_id__in=ids).order_by("pk"):
-        endpoints.setdefault(endpoint.tenant_id, []).append(endpoint)
-    capacity = {e.endpoint_id: e for e in snapshot.endpoints}
-    delivered = history.delivered_recently(list(rows))
-    dead = dict(
-        Delivery.objects.filter(status=Delivery.DEAD, tenant_id__in=ids)
-        .order_by()
-        .values_list("tenant_id")
-        .annotate(n=Count("pk"))
-    )
-    unqueued = [t for t, row in rows.items() if row is None and t is not None]
-    retrying = dict(
-        Delivery.objects.filter(status=Delivery.RETRY_SCHEDULED, tenant_id__in=unqueued)
-        .order_by()
-        .values_list("tenant_id")
-        .annotate(n=Count("pk"))
-    )
-    platform = pacing.platform_facts(snapshot)
-    now = timezone.now()
-    lines = []
-    for tenant_id, row in rows.items():
-        tenant = tenants.get(tenant_id) if tenant_id is not None else None
-        if tenant_id is not None and tenant is None:
-            continue  # deleted while its work was still in Redis
-        own = endpoints.get(tenant_id, []) if tenant_id is not None else []
-        facts = _facts(
-            row,
-            tenant,
-            own,
-            capacity,
-            held_by_endpoint,
-            delivered.get(tenant_id, 0),
-            retrying.get(tenant_id, 0),
+    keys += [tenant_id for tenant_id in troubled if tenant_id not in keys]
+    statuses = status.read(status.tenants_of(keys), snapshot)
+    return [
+        TenantLine(
+            tenant=found.tenant,
+            row=found.row,
+            assessed=found.assessed,
+            delivered_per_minute=found.facts.delivered_last_minute,
+            held=found.facts.held,
+            dead=found.facts.dead,
+            delayed=found.facts.delayed,
+            holding_endpoint_id=getattr(found.holding_endpoint(), "pk", None),
         )
-        lines.append(
-            TenantLine(
-                tenant=tenant,
-                row=row,
-                assessed=pacing.assess(facts, platform, now=now),
-                delivered_per_minute=facts.delivered_last_minute,
-                held=facts.held,
-                dead=dead.get(tenant_id, 0) if tenant_id is not None else 0,
-                delayed=facts.delayed,
-            )
-        )
-    return lines
+        for found in statuses.values()
+    ]
 
 
-def endpoint_lines(snapshot: Snapshot, held: dict[int, int]) -> list[EndpointLine]:
+def endpoint_lines(
+    snapshot: Snapshot, held: dict[int, int], holding: Iterable[int] = ()
+) -> list[EndpointLine]:
     """Endpoints at their cap, rate or Retry-After with work parked (from the snapshot),
-    failing, or disabled with work held."""
+    failing, or disabled with work held; plus `holding`, the endpoints of tenants whose
+    steady status says an endpoint holds them back (its slots may be free this instant)."""
     capped = {
         r.endpoint_id: r
         for r in snapshot.endpoints
         if (r.max_in_flight and r.in_flight >= r.max_in_flight)
         or (r.rate_limited and r.parked_lanes > 0)
     }
+    capped.update({endpoint_id: None for endpoint_id in holding if endpoint_id not in capped})
     wanted = (
         Endpoint.objects.filter(
             Q(pk__in=list(capped))
@@ -217,6 +152,10 @@ def endpoint_lines(snapshot: Snapshot, held: dict[int, int]) -> list[EndpointLin
     )
     by_id = {r.endpoint_id: r for r in snapshot.endpoints}
     return [EndpointLine(e, by_id.get(e.pk), held.get(e.pk, 0)) for e in wanted]
+
+
+def _holding(lines: list[TenantLine]) -> set[int]:
+    return {line.holding_endpoint_id for line in lines if line.holding_endpoint_id is not None}
 
 
 def _links(tenant: Tenant | None) -> dict[str, str]:
@@ -278,7 +217,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         status_filters=[(str(s), pacing.STATUS_LABELS[s], counts[str(s)]) for s in pacing.Status],
         sort=sort,
         wanted_status=wanted,
-        endpoints=endpoint_lines(snapshot, held),
+        endpoints=endpoint_lines(snapshot, held, _holding(lines)),
         held_cap=history.LIVE_COUNT_CAP,
         oldest_text=pacing.duration(snapshot.oldest_age_seconds),
         queued_total=snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,

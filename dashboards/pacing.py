@@ -1,6 +1,6 @@
 """Why a tenant's events wait, in words and with its own numbers. Pure: no database, no
-Redis, no clock (a Snapshot is plain data); callers gather the facts (see
-tenants/views.py, delivery/admin_overview.py).
+Redis, no clock (a Snapshot is plain data); dashboards.status gathers the facts, judges
+the steady reasons over a window, and is what every surface calls.
 
 A tenant whose events are paced on purpose, with nothing saying why, opens an incident.
 So every status here comes with a plain explanation a customer can read, and the same
@@ -113,6 +113,7 @@ class TenantFacts:
     # `recent_rate`); None: delivered_last_minute / 60.
     rate_per_second: float | None = None
     received_recently: int = 0  # events accepted in the last RECEIVED_WINDOW_MINUTES
+    dead: int = 0  # deliveries that exhausted their retries (kept, replayable)
     endpoints: tuple[EndpointFacts, ...] = ()
     rate_limit_per_second: float | None = None  # its delivery rate; None = unlimited
     rate_limited: bool = False  # the scheduler found no token for it just now
@@ -234,10 +235,18 @@ def reasons(facts: TenantFacts, platform: PlatformFacts) -> list[Status]:
 
 
 def assess(
-    facts: TenantFacts, platform: PlatformFacts, *, now: datetime, tz: tzinfo | None = None
+    facts: TenantFacts,
+    platform: PlatformFacts,
+    *,
+    now: datetime,
+    tz: tzinfo | None = None,
+    found: list[Status] | None = None,
 ) -> Pacing:
-    """The status that explains the wait best, and the tenant's explanation of it."""
-    found = reasons(facts, platform)
+    """The status that explains the wait best, and the tenant's explanation of it.
+    `found`: the reasons as judged over a window (dashboards.status); by default the
+    facts' own, this instant."""
+    if found is None:
+        found = reasons(facts, platform)
     status = found[0]
     share = share_of_turns(facts, platform)
     others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
@@ -273,7 +282,7 @@ def _explain(
 ) -> tuple[str, str]:
     rate = rate_phrase(facts.rate)
     clears = _clears_phrase(drain, clears_at, now, tz)
-    safe = "Nothing is lost."
+    safe = _safe_phrase(facts)
     if status is Status.PAUSED:
         return (
             "Delivery is paused",
@@ -323,12 +332,13 @@ def _explain(
             f"{next_retry} New events keep going out as your endpoint accepts them. {safe}",
         )
     if status is Status.AT_CAP:
-        endpoint = next(e for e in facts.endpoints if e.at_cap)
+        # Judged over a window: this instant its slots may happen to be free.
+        endpoint = next((e for e in facts.endpoints if e.at_cap), None) or busiest(facts)
         return (
             "Your endpoint is at its concurrency limit",
             f"Your endpoint {endpoint.label} takes at most "
             f"{count_phrase(endpoint.max_in_flight, 'request')} at a time, and all of them "
-            f"are in use, so the rest of your events wait for a free slot instead of "
+            f"have been in use most of the time, so the rest of your events wait for a free slot instead of "
             f"overloading it. They go out at about {rate}; {clears}. {safe} If your endpoint "
             f"can take more, ask us to raise its limit.",
         )
@@ -365,6 +375,28 @@ def _explain(
     )
 
 
+def _safe_phrase(facts: TenantFacts) -> str:
+    """ "Nothing is lost" only when it is true: dead letters are kept, but they were not
+    delivered, and the tenant must hear about them."""
+    if facts.dead == 0:
+        return "Nothing is lost."
+    one = facts.dead == 1
+    return (
+        f"{count_phrase(facts.dead, 'event')} ran out of retries and {'is' if one else 'are'} "
+        f"kept as {'a dead letter' if one else 'dead letters'}, ready to be sent again; "
+        f"nothing else is lost."
+    )
+
+
+def busiest(facts: TenantFacts) -> EndpointFacts:
+    """The endpoint with the fullest slots (facts that name a cap have at least one)."""
+    return max(
+        facts.endpoints,
+        key=lambda e: (e.in_flight / e.max_in_flight if e.max_in_flight else 0, e.parked_lanes),
+        default=EndpointFacts(label="an endpoint"),
+    )
+
+
 def _explain_rate_limit(facts: TenantFacts, rate: str, clears: str, safe: str) -> tuple[str, str]:
     if facts.at_rate_limit:
         limit = rate_phrase(facts.rate_limit_per_second or 0)
@@ -375,7 +407,9 @@ def _explain_rate_limit(facts: TenantFacts, rate: str, clears: str, safe: str) -
             f"limit, not other tenants, that sets it); they go out at about {rate}; "
             f"{clears}. {safe} To go faster, ask us about a higher rate.",
         )
-    endpoint = next(e for e in facts.endpoints if e.at_rate)
+    endpoint = next((e for e in facts.endpoints if e.at_rate), None) or next(
+        (e for e in facts.endpoints if e.rate_per_second), busiest(facts)
+    )
     return (
         "Your endpoint's rate limit paces your events",
         f"Your endpoint {endpoint.label} is limited to "

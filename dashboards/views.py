@@ -6,27 +6,21 @@ bounded call) and a few indexed queries on the tenant's own rows. Other tenants 
 only as counts ("sharing turns with 3 other tenants"), never by key or name.
 """
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import redis
 from django.contrib.auth.decorators import login_required
-from django.db.models import Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 
-from dashboards import pacing
+from dashboards import pacing, status
 from dashboards.access import TenantAccess, tenant_view
 from delivery import history
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
-from delivery.scheduler import Snapshot, TenantRow
 from tenants.models import Endpoint, Tenant
-from webhooks.models import Event
 
 FAILURES_SHOWN = 8
 EXCERPT_CHARS = 300
@@ -38,61 +32,6 @@ CHART_WIDTH, CHART_HEIGHT = 480, 200
 
 
 # --- what a tenant sees ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Live:
-    """The scheduler's view of one tenant, and the others as counts."""
-
-    row: TenantRow | None
-    snapshot: Snapshot | None  # None: Redis did not answer
-
-    @property
-    def available(self) -> bool:
-        return self.snapshot is not None
-
-
-def read_live(tenant: Tenant) -> Live:
-    try:
-        snapshot = get_scheduler().snapshot(top_n=history.top_n())
-    except redis.RedisError:
-        return Live(row=None, snapshot=None)
-    row = next((r for r in snapshot.tenants if r.tenant_id == tenant.pk), None)
-    if row is None and snapshot.backlogged_tenants > len(snapshot.tenants):
-        row = _row_from_database(tenant)  # beyond the top-N oldest: ask the truth instead
-    return Live(row=row, snapshot=snapshot)
-
-
-def _row_from_database(tenant: Tenant) -> TenantRow | None:
-    pending = Delivery.objects.filter(
-        tenant=tenant, status=Delivery.PENDING, endpoint__enabled=True
-    )
-    oldest = pending.aggregate(at=Min("enqueued_at"))["at"]
-    if oldest is None:
-        return None
-    return TenantRow(
-        tenant_id=tenant.pk,
-        fresh=pending.count(),
-        retry=0,
-        delayed=Delivery.objects.filter(tenant=tenant, status=Delivery.RETRY_SCHEDULED).count(),
-        in_flight=0,
-        oldest_age_seconds=(timezone.now() - oldest).total_seconds(),
-        weight=tenant.weight,
-        paused=not tenant.is_active,
-    )
-
-
-def _endpoints_of(tenant: Tenant) -> list[Endpoint]:
-    """The tenant's own endpoints, plus shared destinations its recent events went to."""
-    recent_events = Event.objects.filter(tenant=tenant).order_by("-received_at")[:50]
-    shared_ids = (
-        Delivery.objects.filter(event__in=recent_events, endpoint__tenant__isnull=True)
-        .values_list("endpoint_id", flat=True)
-        .distinct()
-    )
-    own = list(Endpoint.objects.filter(tenant=tenant).order_by("pk"))
-    shared = list(Endpoint.objects.filter(pk__in=list(shared_ids)).order_by("pk"))
-    return own + shared
 
 
 def _endpoint_label(endpoint: Endpoint) -> str:
@@ -124,6 +63,7 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
                 "delivery_id": delivery.id,
                 "event_type": delivery.event.event_type,
                 "endpoint": _endpoint_label(delivery.endpoint),
+                "endpoint_id": delivery.endpoint_id,
                 "status": delivery.get_status_display(),
                 "attempts": delivery.attempts,
                 "status_code": attempt.status_code if attempt else None,
@@ -138,117 +78,56 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
     return failures
 
 
-def _last_error(failures: list[dict[str, Any]], label: str) -> str:
+def _last_errors(failures: list[dict[str, Any]]) -> dict[int, str]:
+    """Each endpoint's latest error, from the recent failures (newest first)."""
+    errors: dict[int, str] = {}
     for failure in failures:
-        if failure["endpoint"] == label:
-            if failure["status_code"]:
-                return f"HTTP {failure['status_code']}"
-            return failure["error"][:80]
-    return ""
+        text = f"HTTP {failure['status_code']}" if failure["status_code"] else failure["error"][:80]
+        errors.setdefault(failure["endpoint_id"], text)
+    return errors
 
 
 def tenant_status(tenant: Tenant) -> dict[str, Any]:
-    """Everything the dashboard shows, as JSON-ready values (and their words)."""
+    """Everything the dashboard shows, as JSON-ready values (and their words). The status
+    is dashboards.status's, the one the operators' overview and `lanes` show too."""
     now = timezone.now()
-    live = read_live(tenant)
-    row = live.row
-    endpoints = _endpoints_of(tenant)
-    capacity = {e.endpoint_id: e for e in live.snapshot.endpoints} if live.snapshot else {}
-    # Held work waits only on disabled endpoints; retries' next due time matters only on
-    # failing ones. Asking just for those keeps each poll cheap during a flood.
-    held = {
-        e.pk: history.capped_count(
-            Delivery.objects.filter(endpoint=e, tenant=tenant, status=Delivery.HELD)
-        )
-        for e in endpoints
-        if not e.enabled
-    }
-    next_retry: dict[int, datetime] = {}
-    for endpoint in endpoints:
-        if endpoint.enabled and endpoint.consecutive_failures:
-            due = (
-                Delivery.objects.filter(
-                    endpoint=endpoint, tenant=tenant, status=Delivery.RETRY_SCHEDULED
-                )
-                .order_by("next_attempt_at")
-                .values_list("next_attempt_at", flat=True)
-                .first()
-            )
-            if due is not None:
-                next_retry[endpoint.pk] = due
-    # No row: nothing is queued, so every retry the database knows of waits for its time.
-    retrying = (
-        0
-        if row
-        else history.capped_count(
-            Delivery.objects.filter(tenant=tenant, status=Delivery.RETRY_SCHEDULED)
-        )
-    )
+    snapshot = status.take_snapshot()
     failures = _recent_failures(tenant)
-    endpoint_facts = []
-    for endpoint in endpoints:
-        label = _endpoint_label(endpoint)
-        endpoint_facts.append(
-            pacing.EndpointFacts(
-                label=label,
-                enabled=endpoint.enabled,
-                max_in_flight=endpoint.max_in_flight,
-                consecutive_failures=endpoint.consecutive_failures,
-                held=held.get(endpoint.pk, 0),
-                disabled_reason=endpoint.disabled_reason,
-                failing_since=endpoint.failing_since,
-                last_error=_last_error(failures, label),
-                next_retry_at=next_retry.get(endpoint.pk),
-                **pacing.live_endpoint_fields(capacity.get(endpoint.pk)),
-            )
-        )
-    last_minute = history.delivered_recently([tenant.pk]).get(tenant.pk, 0)
-    last_window = history.delivered_recently([tenant.pk], pacing.RECENT_WINDOW_SECONDS).get(
-        tenant.pk, 0
-    )
-    facts = pacing.TenantFacts(
-        weight=tenant.weight,
-        paused=not tenant.is_active or bool(row and row.paused),
-        fresh=row.fresh if row else 0,
-        retry=row.retry if row else 0,
-        delayed=row.delayed if row else retrying,
-        in_flight=row.in_flight if row else 0,
-        held=sum(held.values()),
-        oldest_age_seconds=row.oldest_age_seconds if row else 0.0,
-        delivered_last_minute=last_minute,
-        rate_per_second=pacing.recent_rate(last_minute, last_window),
-        received_recently=history.received_since(
-            tenant.pk, now - timedelta(minutes=pacing.RECEIVED_WINDOW_MINUTES)
-        ),
-        endpoints=tuple(endpoint_facts),
-        rate_limit_per_second=tenant.effective_rate_per_second(),
-        rate_limited=bool(row and row.rate_limited),
-    )
-    platform = pacing.platform_facts(live.snapshot)
-    assessed = pacing.assess(facts, platform, now=now, tz=timezone.get_current_timezone())
-    sampled_at = history.last_sampled_at() if live.available else None
+    found = status.read(
+        [tenant],
+        snapshot,
+        now=now,
+        tz=timezone.get_current_timezone(),
+        label=_endpoint_label,
+        last_errors=_last_errors(failures),
+        detail=True,
+    )[tenant.pk]
+    facts, assessed, endpoints = found.facts, found.assessed, found.endpoints
+    live = snapshot is not None
+    sampled_at = history.last_sampled_at() if live else None
     return {
         "tenant": {"key": tenant.key, "name": str(tenant), "weight": tenant.weight},
         "generated_at": _iso(now),
-        "live": live.available,
+        "live": live,
         "status": {
             "code": str(assessed.status),
             "label": assessed.label,
             "headline": assessed.headline,
             "explanation": assessed.explanation
-            if live.available
+            if live
             else "Live numbers are unavailable for a moment; your events are safe and "
             "will be delivered.",
             "reasons": [str(r) for r in assessed.reasons],
         },
         "backlog": {
             "age_seconds": round(facts.oldest_age_seconds, 1),
-            "age_text": pacing.duration(facts.oldest_age_seconds) if facts.queued else "none",
+            "age_text": _age_text(facts),
             "fresh": facts.fresh,
             "retry": facts.retry,
             "delayed": facts.delayed,
             "in_flight": facts.in_flight,
             "held": facts.held,
+            "dead": facts.dead,
             "waiting": facts.waiting,
             "waiting_text": pacing.human_count(facts.waiting),
         },
@@ -270,7 +149,7 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
         },
         "endpoints": [
             _endpoint_json(endpoint, fact)
-            for endpoint, fact in zip(endpoints, endpoint_facts, strict=True)
+            for endpoint, fact in zip(endpoints, facts.endpoints, strict=True)
         ],
         "failures": failures,
         "history": {
@@ -278,6 +157,19 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
             "sample_seconds": history.sample_seconds(),
         },
     }
+
+
+def _age_text(facts: pacing.TenantFacts) -> str:
+    """The oldest queued event's age; with nothing queued, say what still waits (retries
+    due later, held work) rather than a bare "none" while events are undelivered."""
+    if facts.queued:
+        return pacing.duration(facts.oldest_age_seconds)
+    if facts.delayed:
+        n = facts.delayed
+        return f"none queued; {pacing.human_count(n)} {'retry' if n == 1 else 'retries'} due later"
+    if facts.held:
+        return f"none queued; {pacing.human_count(facts.held)} held"
+    return "none"
 
 
 def _drain_text(assessed: pacing.Pacing, facts: pacing.TenantFacts) -> str:

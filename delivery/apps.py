@@ -5,6 +5,4 @@ class DeliveryConfig(AppConfig):
     name = "delivery"
 
     def ready(self) -> None:
-        from delivery import metrics, signals  # noqa: F401  (signals connects the receivers)
-
-        metrics.register()
+        from delivery import signals  # noqa: F401  (connects the receivers)

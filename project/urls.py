@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from dashboards import overview as admin_overview
-from delivery.views import metrics
+from dashboards.exporter import metrics
 from ingest import api, views
 
 admin.site.site_header = "Fair webhooks: operations"

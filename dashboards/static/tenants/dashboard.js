@@ -118,7 +118,8 @@
     document.getElementById("waiting-detail").textContent =
       `${b.fresh.toLocaleString()} new · ${b.retry.toLocaleString()} retrying · ` +
       `${b.delayed.toLocaleString()} due later · ${b.in_flight.toLocaleString()} in flight` +
-      (b.held ? ` · ${b.held.toLocaleString()} held` : "");
+      (b.held ? ` · ${b.held.toLocaleString()} held` : "") +
+      (b.dead ? ` · ${b.dead.toLocaleString()} dead letter${b.dead === 1 ? "" : "s"}` : "");
     document.getElementById("delivered-detail").textContent =
       `at the current pace · ${s.delivered_per_minute.toLocaleString()} in the last 60 s`;
     const others = s.share_of_turns.other_backlogged_tenants;

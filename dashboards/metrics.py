@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import REGISTRY, Collector
 
+from dashboards import status
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Snapshot
 from delivery.scheduler.snapshot import DEFAULT_AGE_BUCKETS
@@ -71,6 +72,7 @@ class ScheduleCollector(Collector):
         up.add_metric([], 1)
         yield up
         yield from self._age_metrics(snapshot, buckets)
+        yield from self._status_metrics(snapshot)
         yield from self._depth_metrics(snapshot)
         yield from self._counter_metrics(snapshot, counters)
         yield from self._endpoint_metrics(snapshot)
@@ -116,6 +118,21 @@ class ScheduleCollector(Collector):
                 [f"{threshold:g}"], snapshot.backlogged_tenants - snapshot.age_histogram[threshold]
             )
         yield over
+
+    def _status_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
+        """The top-N tenants' pacing status (dashboards.status, the one the overview and the
+        tenants' own pages show), one series per tenant: 1 on its current status."""
+        family = GaugeMetricFamily(
+            "webhook_tenant_status",
+            "Pacing status of the top-N oldest backlogged tenants (1 = current), judged "
+            "over the last 30 s as on the dashboards.",
+            labels=["tenant", "status"],
+        )
+        tenants = status.tenants_of(r.tenant_id for r in snapshot.tenants)
+        for key, found in status.read(tenants, snapshot).items():
+            label = FALLBACK_LABEL if key is None else found.tenant.key
+            family.add_metric([label, found.code], 1)
+        yield family
 
     def _depth_metrics(self, snapshot: Snapshot) -> Iterator[Metric]:
         depth = GaugeMetricFamily(

@@ -5,9 +5,10 @@ from dataclasses import asdict
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from dashboards import status
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Snapshot
-from tenants.models import Endpoint, Tenant
+from tenants.models import Endpoint
 
 
 def _age(seconds: float) -> str:
@@ -58,27 +59,20 @@ class Command(BaseCommand):
 
     def _as_json(self, snapshot: Snapshot) -> str:
         data = asdict(snapshot)
-        keys = dict(
-            Tenant.objects.filter(
-                pk__in=[t.tenant_id for t in snapshot.tenants if t.tenant_id]
-            ).values_list("pk", "key")
-        )
+        statuses = _statuses(snapshot)
         for row in data["tenants"]:
-            row["tenant_key"] = keys.get(
-                row["tenant_id"], "(fallback)" if row["tenant_id"] is None else None
+            found = statuses.get(row["tenant_id"])
+            row["tenant_key"] = (
+                "(fallback)" if row["tenant_id"] is None else (found.tenant.key if found else None)
             )
+            row["status"] = found.code if found else None
         data["age_histogram"] = {
             f"{bound:g}": count for bound, count in snapshot.age_histogram.items()
         }
         return json.dumps(data, indent=2)
 
     def _table(self, snapshot: Snapshot) -> str:
-        tenants = {
-            t.pk: t
-            for t in Tenant.objects.filter(
-                pk__in=[r.tenant_id for r in snapshot.tenants if r.tenant_id]
-            )
-        }
+        statuses = _statuses(snapshot)
         lines = [
             f"{snapshot.backlogged_tenants} tenants backlogged, oldest {_age(snapshot.oldest_age_seconds)}; "
             f"queued fresh {snapshot.fresh_depth}, retry {snapshot.retry_depth}, delayed {snapshot.delayed_depth}; "
@@ -88,20 +82,16 @@ class Command(BaseCommand):
             f"{'tenant':<32} {'age':>8} {'fresh':>8} {'retry':>7} {'delayed':>8} {'flight':>6} {'weight':>6}  status",
         ]
         for row in snapshot.tenants:
-            tenant = tenants.get(row.tenant_id)
-            name = (
-                "(fallback lane)"
-                if row.tenant_id is None
-                else (tenant.key if tenant else f"#{row.tenant_id}")
-            )
-            status = (
-                "paused"
-                if row.paused
-                else ("sharing turns" if snapshot.backlogged_tenants > 1 else "on pace")
-            )
+            found = statuses.get(row.tenant_id)
+            if row.tenant_id is None:
+                name = "(fallback lane)"
+            else:
+                name = found.tenant.key if found else f"#{row.tenant_id}"
+            # The same status the overview and the tenant's own page show (dashboards.status).
+            label = found.assessed.label if found else "deleted tenant"
             lines.append(
                 f"{name[:32]:<32} {_age(row.oldest_age_seconds):>8} {row.fresh:>8} {row.retry:>7} "
-                f"{row.delayed:>8} {row.in_flight:>6} {row.weight:>6}  {status}"
+                f"{row.delayed:>8} {row.in_flight:>6} {row.weight:>6}  {label}"
             )
         capped = [
             row
@@ -118,3 +108,8 @@ class Command(BaseCommand):
                 f"in flight, {row.parked_lanes} lanes waiting"
             )
         return "\n".join(lines) + "\n"
+
+
+def _statuses(snapshot: Snapshot) -> dict[int | None, status.TenantStatus]:
+    """The snapshot's tenants' statuses; a tenant deleted while its work was in Redis has none."""
+    return status.read(status.tenants_of(r.tenant_id for r in snapshot.tenants), snapshot)
