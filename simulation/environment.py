@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # Db 12 first (the brief's), then ones neither the tests (15, 12-8) nor the benches
 # (14, 13, 6, 5) reach for first.
 CANDIDATE_DBS = (12, 7, 4, 3, 2, 1)
