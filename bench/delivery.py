@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
 from simulation.environment import Workers  # noqa: E402
 
-REDIS_MARKER = "fairhooks:bench-delivery"
+REDIS_MARKER = "wh:bench-delivery"
 JOB_PATH = "bench.delivery.rq_job_deliver"
 
 

@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
 
-REDIS_MARKER = "fairhooks:bench-ingest"
+REDIS_MARKER = "wh:bench-ingest"
 SOURCE_SLUG = "shop"
 SOURCE_SECRET = "bench-shopify-secret"
 P99_GOAL_MS = 250.0

@@ -53,10 +53,10 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     scheduler = get_scheduler()
-    if scheduler.connection.dbsize() and not scheduler.connection.exists("fairhooks:bench"):
+    if scheduler.connection.dbsize() and not scheduler.connection.exists("wh:bench"):
         sys.exit(f"{args.redis_url} holds data; name an empty database with --redis-url")
     scheduler.connection.flushdb()
-    scheduler.connection.set("fairhooks:bench", "1")
+    scheduler.connection.set("wh:bench", "1")
     endpoint = Endpoint.objects.create(url="http://127.0.0.1:9/")
     Tenant.objects.bulk_create([Tenant(key=f"tenant-{i}") for i in range(1, 1001)])
     started = time.perf_counter()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
 
-MARKER = "fairhooks:bench"
+MARKER = "wh:bench"
 CANDIDATE_DBS = (14, 13, 6, 5, 4, 3, 2, 1)
 WIDE_CAP = 10_000  # caps that never bind: these runs measure the scheduler, not endpoints
 

@@ -43,7 +43,7 @@ Prepared = tuple[Sequence[models.Model], str, list[list[Any]]]
 # 50 parameters (it caches only smaller statements) and quotes each value into the text
 # in Python; COPY streams the rows through its C dumpers, and the server parses no SQL
 # per row. Below this many rows INSERT is cheaper: a COPY takes a second round trip
-# (the figures: docs/BENCHMARKS.md, session 7).
+# (the figures: docs/BENCHMARKS.md).
 COPY_FROM_ROWS = 6
 
 

@@ -7,6 +7,9 @@ layer may use it, so none of them reaches up into the scheduler's package for a 
 
 import redis
 
+# Every key the platform writes starts with this: the scheduler's `wh:{<shard>}:` (the
+# braces are a Redis Cluster hash tag), everything else `wh:<area>:`.
+KEY_PREFIX = "wh:"
 _client: redis.Redis | None = None
 
 

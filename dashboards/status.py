@@ -40,7 +40,7 @@ from webhooks.models import Event
 
 WINDOW_SECONDS = 30
 STEADY = frozenset({Status.AT_CAP, Status.RATE_LIMITED, Status.PACED})
-MEMORY_KEY = "fairhooks:status:"  # + the tenant's id, or "fallback"
+MEMORY_KEY = redis_connection.KEY_PREFIX + "status:"  # + the tenant's id, or "fallback"
 RECENT_EVENTS = 50  # a tenant's latest events show which shared destinations it uses
 
 TenantKey = int | None  # None: the fallback lane (events without a tenant key)

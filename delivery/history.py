@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
+from core import redis_connection
 from core.env import env_int
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery, TenantSample
@@ -28,8 +29,12 @@ from webhooks.models import Event
 
 logger = logging.getLogger(__name__)
 
-GATE_KEY = "fairhooks:history:gate"  # present while the last sample is recent enough
-WINDOW_KEY = "fairhooks:history:window-end"  # epoch seconds the last counted window ended
+GATE_KEY = (
+    redis_connection.KEY_PREFIX + "history:gate"
+)  # present while the last sample is recent enough
+WINDOW_KEY = (
+    redis_connection.KEY_PREFIX + "history:window-end"
+)  # epoch seconds the last counted window ended
 # Count up to a little before now: a delivery's row may commit a moment after the time
 # stamped on it, and a window that ended at "now" would miss it for good.
 COMMIT_LAG = timedelta(seconds=2)

@@ -46,7 +46,7 @@ class Delivery(models.Model):
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
     # No single-column indexes on endpoint and tenant: the (endpoint, status) and (tenant,
     # status) indexes below lead with them and serve the same lookups, and every index is
-    # written again on each status change (docs/BENCHMARKS.md, session 6).
+    # written again on each status change (docs/BENCHMARKS.md).
     endpoint = models.ForeignKey(
         Endpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )

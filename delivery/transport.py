@@ -1,4 +1,4 @@
-"""Outbound HTTP for deliveries, on libcurl (pycurl), and the session it runs on.
+"""Outbound HTTP for deliveries, on libcurl (pycurl), and the pool of handles it runs on.
 
 Nothing here raises for anything the network or the endpoint does: every outcome is an
 `HttpResult` for policy.decide() to judge. Each request is bounded in time and in memory,

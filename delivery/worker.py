@@ -18,11 +18,12 @@ from django.db import close_old_connections
 from rq import Queue
 from rq.worker import SimpleWorker
 
+from core import redis_connection
 from delivery import maintenance
 from delivery.engine import DeliveryEngine
 
 logger = logging.getLogger(__name__)
-SWEEP_LOCK_KEY = "fairhooks:maintenance:sweep-lock"
+SWEEP_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:sweep-lock"
 
 
 class DeliveryWorker(SimpleWorker):

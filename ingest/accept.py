@@ -43,11 +43,11 @@ class Accepted:
 
 # --- hot-path look-ups -------------------------------------------------------------------------
 #
-# Ingest looks up a source, its secrets, its destinations and a tenant on every request. The
-# ORM spends ~0.2-1 ms of CPU compiling each of these (a prefetch_related costs the most);
-# the same rows through Model.objects.raw() cost ~0.06 ms, still fresh from the database
-# and still converted by the ORM (aware datetimes, booleans). The SQL is built from the
-# models' metadata, once per database vendor.
+# Ingest looks up a source, its secrets, its destinations and a tenant on every request.
+# Compiling these through the ORM cost several times more CPU than the same rows through
+# Model.objects.raw(), which still converts them (aware datetimes, booleans); the figures
+# are in docs/BENCHMARKS.md (ingest look-ups). The SQL is built from the models'
+# metadata, once per database vendor.
 
 _SQL: dict[str, dict[str, str]] = {}
 

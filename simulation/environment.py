@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Db 12 first (the brief's), then ones neither the tests (15, 12-8) nor the benches
 # (14, 13, 6, 5) reach for first.
 CANDIDATE_DBS = (12, 7, 4, 3, 2, 1)
-MARKER_KEY = "fairhooks:simulate"  # "this database is the simulation's"
-LEASE_KEY = "fairhooks:simulate:live"  # "...and a simulation is using it now" (expires)
+MARKER_KEY = "wh:simulate"  # "this database is the simulation's"
+LEASE_KEY = "wh:simulate:live"  # "...and a simulation is using it now" (expires)
 LEASE_SECONDS = 30
 
 # Takes the database if it is empty, or the simulation's and not in use; then flushes it

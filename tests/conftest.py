@@ -12,8 +12,8 @@ from webhooks import launch
 # candidate no other live session holds, so concurrent runs never flush each other.
 TEST_REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "15"))
 CANDIDATE_DBS = [TEST_REDIS_DB, *[db for db in (12, 11, 10, 9, 8) if db != TEST_REDIS_DB]]
-MARKER_KEY = "fairhooks:test-database"
-LOCK_KEY = "fairhooks:test-session"
+MARKER_KEY = "wh:test-database"
+LOCK_KEY = "wh:test-session"
 
 
 def url_with_db(url: str, db: int) -> str:

@@ -165,7 +165,7 @@ def test_every_delivery_is_handed_out_once_and_a_drain_leaves_no_keys(redis_conn
 
     assert sorted(handed) == sorted(item.delivery_id for item in work)
     assert_no_tenant_keys(sched)
-    others = [k for k in redis_conn.scan_iter() if not k.startswith(b"fairhooks:")]
+    others = [k for k in redis_conn.scan_iter() if not k.startswith(b"wh:test-")]
     assert len(others) <= len(GLOBAL_KEYS)  # DBSIZE, minus the test harness's markers
 
 
@@ -177,7 +177,7 @@ def test_every_key_carries_the_shard_hash_tag(redis_conn):
     sched.pick("w", 5)
     sched.start_epoch()
 
-    mine = {k.decode() for k in redis_conn.scan_iter() if not k.startswith(b"fairhooks:")}
+    mine = {k.decode() for k in redis_conn.scan_iter() if not k.startswith(b"wh:test-")}
     assert mine and all(k.startswith("wh:{7}:") for k in mine)
 
 

@@ -82,7 +82,7 @@ def _bucket_seconds(window: int) -> int:
 
 
 def _key(source_id: int, kind: str, bucket: int) -> str:
-    return f"whp:keys:{source_id}:{kind}:{bucket}"
+    return f"{redis_connection.KEY_PREFIX}keys:{source_id}:{kind}:{bucket}"
 
 
 def _window_keys(source_id: int, kind: str, now: float) -> list[str]:

@@ -4,6 +4,8 @@ Every key starts with ``wh:{<shard>}:``: the braces are a Redis Cluster hash tag
 keys of one shard live in one slot and each script can touch them atomically.
 """
 
+from core import redis_connection
+
 from .values import FRESH, RETRY
 
 FALLBACK_TOKEN = "fb"  # noqa: S105 (a lane name, not a secret)
@@ -12,7 +14,7 @@ LANE_OF_KIND = {kind: lane for lane, kind in KIND_OF_LANE.items()}
 
 
 def prefix(shard: int) -> str:
-    return f"wh:{{{shard}}}:"
+    return f"{redis_connection.KEY_PREFIX}{{{shard}}}:"
 
 
 def tenant_token(tenant_id: int | None) -> str:
