@@ -410,7 +410,7 @@ def rq_job_deliver(delivery_id: str) -> None:
     )
     response.raise_for_status()
     Delivery.objects.filter(pk=delivery_id).update(
-        status=Delivery.DELIVERED, attempts=F("attempts") + 1, delivered_at=timezone.now()
+        status=Delivery.Status.DELIVERED, attempts=F("attempts") + 1, delivered_at=timezone.now()
     )
 
 
@@ -490,8 +490,8 @@ def reset_deliveries() -> None:
 
     Attempt.objects.all().delete()
     Delivery.objects.update(
-        status=Delivery.PENDING,
-        lane=Delivery.FRESH,
+        status=Delivery.Status.PENDING,
+        lane=Delivery.Lane.FRESH,
         attempts=0,
         delivered_at=None,
         next_attempt_at=None,
@@ -509,7 +509,7 @@ def reset_deliveries() -> None:
 def delivered_count() -> int:
     from delivery.models import Delivery
 
-    return Delivery.objects.filter(status=Delivery.DELIVERED).count()
+    return Delivery.objects.filter(status=Delivery.Status.DELIVERED).count()
 
 
 # --- running the modes --------------------------------------------------------------

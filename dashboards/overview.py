@@ -95,7 +95,7 @@ def held_counts() -> dict[int, int]:
     disabled = Endpoint.objects.filter(enabled=False).order_by("-disabled_at", "pk")
     counts = {
         endpoint_id: history.capped_count(
-            Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.HELD)
+            Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.Status.HELD)
         )
         for endpoint_id in disabled.values_list("pk", flat=True)[:ENDPOINTS_SHOWN]
     }
@@ -222,7 +222,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         oldest_text=pacing.duration(snapshot.oldest_age_seconds),
         queued_total=snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,
         delivered_per_minute=sum(history.delivered_recently(None).values()),
-        dead_total=Delivery.objects.filter(status=Delivery.DEAD).count(),
+        dead_total=Delivery.objects.filter(status=Delivery.Status.DEAD).count(),
         top_n=OVERVIEW_TOP_N,
         truncated=snapshot.backlogged_tenants > len(snapshot.tenants),
         age_chart=history.build_chart(
@@ -284,7 +284,7 @@ def act(request: HttpRequest) -> HttpResponse:
     tenant_pk = request.POST.get("tenant", "")
     if action == "replay":
         _need(request, "delivery.change_delivery")
-        dead = Delivery.objects.filter(status=Delivery.DEAD)
+        dead = Delivery.objects.filter(status=Delivery.Status.DEAD)
         dead = (
             dead.filter(tenant__isnull=True)
             if tenant_pk == "fallback"

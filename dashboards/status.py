@@ -119,9 +119,9 @@ def read(
     endpoints = _endpoints_of([tenant for tenant in tenants if tenant is not None])
     capacity = {e.endpoint_id: e for e in snapshot.endpoints} if snapshot else {}
     held = _held(endpoints)
-    dead = _counts(Delivery.DEAD, keys)
+    dead = _counts(Delivery.Status.DEAD, keys)
     # No row: nothing is queued, so every retry the database knows of waits for its time.
-    retrying = _counts(Delivery.RETRY_SCHEDULED, [k for k in keys if k not in rows])
+    retrying = _counts(Delivery.Status.RETRY_SCHEDULED, [k for k in keys if k not in rows])
     last_minute = history.delivered_recently(keys)
     last_window = history.delivered_recently(keys, pacing.RECENT_WINDOW_SECONDS)
     next_retry = _next_retries(endpoints) if detail else {}
@@ -220,7 +220,7 @@ def judge(
 
 def _row_from_database(tenant: Tenant, now: datetime) -> TenantRow | None:
     pending = Delivery.objects.filter(
-        tenant=tenant, status=Delivery.PENDING, endpoint__enabled=True
+        tenant=tenant, status=Delivery.Status.PENDING, endpoint__enabled=True
     )
     oldest = pending.aggregate(at=Min("enqueued_at"))["at"]
     if oldest is None:
@@ -230,7 +230,7 @@ def _row_from_database(tenant: Tenant, now: datetime) -> TenantRow | None:
         fresh=history.capped_count(pending),
         retry=0,
         delayed=history.capped_count(
-            Delivery.objects.filter(tenant=tenant, status=Delivery.RETRY_SCHEDULED)
+            Delivery.objects.filter(tenant=tenant, status=Delivery.Status.RETRY_SCHEDULED)
         ),
         in_flight=0,
         oldest_age_seconds=(now - oldest).total_seconds(),
@@ -291,7 +291,7 @@ def _held(endpoints: dict[int, list[Endpoint]]) -> dict[tuple[TenantKey, int], i
             if not endpoint.enabled:
                 n = history.capped_count(
                     Delivery.objects.filter(
-                        endpoint=endpoint, tenant_id=tenant_id, status=Delivery.HELD
+                        endpoint=endpoint, tenant_id=tenant_id, status=Delivery.Status.HELD
                     )
                 )
                 if n:
@@ -326,7 +326,9 @@ def _next_retries(endpoints: dict[int, list[Endpoint]]) -> dict[tuple[TenantKey,
             if endpoint.enabled and endpoint.consecutive_failures:
                 due = (
                     Delivery.objects.filter(
-                        endpoint=endpoint, tenant_id=tenant_id, status=Delivery.RETRY_SCHEDULED
+                        endpoint=endpoint,
+                        tenant_id=tenant_id,
+                        status=Delivery.Status.RETRY_SCHEDULED,
                     )
                     .order_by("next_attempt_at")
                     .values_list("next_attempt_at", flat=True)

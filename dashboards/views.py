@@ -45,7 +45,11 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
     deliveries = list(
         Delivery.objects.filter(
             tenant=tenant,
-            status__in=[Delivery.RETRY_SCHEDULED, Delivery.DEAD, Delivery.HELD],
+            status__in=[
+                Delivery.Status.RETRY_SCHEDULED,
+                Delivery.Status.DEAD,
+                Delivery.Status.HELD,
+            ],
         )
         .select_related("event", "endpoint")
         .order_by("-updated_at")[:FAILURES_SHOWN]
@@ -71,7 +75,7 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
                 "response_excerpt": (attempt.response_excerpt if attempt else "")[:EXCERPT_CHARS],
                 "attempted_at": _iso(attempt.started_at if attempt else None),
                 "next_retry_at": _iso(delivery.next_attempt_at)
-                if delivery.status == Delivery.RETRY_SCHEDULED
+                if delivery.status == Delivery.Status.RETRY_SCHEDULED
                 else None,
             }
         )

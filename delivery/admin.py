@@ -40,7 +40,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
     def replay_dead_letters(self, request, queryset) -> None:
-        count = replay(queryset.filter(status=Delivery.DEAD))
+        count = replay(queryset.filter(status=Delivery.Status.DEAD))
         messages.success(request, f"{count} dead deliveries put back in their tenants' lanes.")
 
     def has_change_permission(self, request, obj=None) -> bool:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
-from delivery.policy import DELIVERED, DISABLE_ENDPOINT, Decision
+from delivery.policy import Action, Decision
 from tenants.models import Endpoint
 
 SUCCESS_STAMP_INTERVAL = timedelta(seconds=60)
@@ -39,16 +39,16 @@ def record_outcomes(outcomes: Sequence[tuple[Endpoint, Decision]], now: datetime
         failed = False
         for index in by_endpoint[pk]:
             endpoint, decision = outcomes[index]
-            if decision.action == DELIVERED:
+            if decision.action == Action.DELIVERED:
                 succeeded = endpoint
                 continue
-            if decision.action != DISABLE_ENDPOINT and not decision.counts_as_failure:
+            if decision.action != Action.DISABLE_ENDPOINT and not decision.counts_as_failure:
                 continue
             if succeeded is not None:
                 _reset(pk, now)  # that success ended the failure streak first
                 succeeded = None
             failed = True
-            if decision.action == DISABLE_ENDPOINT:
+            if decision.action == Action.DISABLE_ENDPOINT:
                 reason = f"Disabled: {decision.reason} at {now:%Y-%m-%d %H:%M} UTC"
                 disabled[index] = disable(endpoint, reason)
             else:
@@ -114,16 +114,16 @@ def release_held(endpoint: Endpoint) -> int:
     """Put the endpoint's held deliveries back in their lanes, in their original order;
     returns how many. Runs when an endpoint is re-enabled (Endpoint.enable, or a save)."""
     held = list(
-        Delivery.objects.filter(endpoint=endpoint, status=Delivery.HELD)
+        Delivery.objects.filter(endpoint=endpoint, status=Delivery.Status.HELD)
         .select_related("tenant", "endpoint")
         .order_by("id")
     )
     if not held:
         return 0
-    Delivery.objects.filter(id__in=[d.id for d in held], status=Delivery.HELD).update(
-        status=Delivery.PENDING, lane=Delivery.FRESH, next_attempt_at=None
+    Delivery.objects.filter(id__in=[d.id for d in held], status=Delivery.Status.HELD).update(
+        status=Delivery.Status.PENDING, lane=Delivery.Lane.FRESH, next_attempt_at=None
     )
     for delivery in held:
-        delivery.status, delivery.lane = Delivery.PENDING, Delivery.FRESH
+        delivery.status, delivery.lane = Delivery.Status.PENDING, Delivery.Lane.FRESH
     enqueue_on_commit(held)
     return len(held)

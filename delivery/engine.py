@@ -45,7 +45,7 @@ from delivery import sending
 from delivery.curl_loop import CurlLoop
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.policy import DISABLE_ENDPOINT
+from delivery.policy import Action
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import Transport
 
@@ -364,7 +364,7 @@ class DeliveryEngine:
             # The releaser pauses the endpoint, and only then frees this request's room:
             # the feeder must not pick for that endpoint before the pause is in place.
             self._answered.put(_Pause(delivery.endpoint_id, until))
-        if sent is not None and sent.decision.action == DISABLE_ENDPOINT:
+        if sent is not None and sent.decision.action == Action.DISABLE_ENDPOINT:
             # Its slot stays taken until the disable is recorded: other workers then
             # send no more to an endpoint that said it is gone meanwhile.
             self._disabling.add(delivery.endpoint_id)
@@ -470,7 +470,7 @@ class DeliveryEngine:
             self._disabling.difference_update(
                 item.sent.delivery.endpoint_id
                 for item in group
-                if item.sent is not None and item.sent.decision.action == DISABLE_ENDPOINT
+                if item.sent is not None and item.sent.decision.action == Action.DISABLE_ENDPOINT
             )
             self._forget(leases)
 

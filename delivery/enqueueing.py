@@ -13,11 +13,16 @@ import redis
 from django.db import transaction
 
 from core import redis_connection
+from delivery import scheduler
 from delivery.models import Delivery
 from delivery.scheduler import Item, Scheduler
 
 logger = logging.getLogger(__name__)
 _scheduler: Scheduler | None = None
+
+# The one place the database's lanes meet the scheduler's words for them: the scheduler
+# is a library of its own (no Django, no models) and names its lanes itself.
+SCHEDULER_LANE = {Delivery.Lane.FRESH: scheduler.FRESH, Delivery.Lane.RETRY: scheduler.RETRY}
 
 
 def get_scheduler() -> Scheduler:
@@ -39,7 +44,7 @@ def reset_scheduler() -> None:
 def item_for(delivery: Delivery) -> Item:
     """The scheduler's view of a delivery; needs `tenant` and `endpoint` loaded."""
     tenant, endpoint = delivery.tenant, delivery.endpoint
-    retrying = delivery.status == Delivery.RETRY_SCHEDULED
+    retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
     due_at = delivery.next_attempt_at.timestamp() if retrying and delivery.next_attempt_at else None
     return Item(
         delivery_id=delivery.id,
@@ -48,7 +53,7 @@ def item_for(delivery: Delivery) -> Item:
         weight=tenant.weight if tenant else 1,
         max_in_flight=endpoint.max_in_flight,
         retry_max_in_flight=endpoint.retry_max_in_flight,
-        lane=Delivery.RETRY if retrying else Delivery.FRESH,
+        lane=SCHEDULER_LANE[Delivery.Lane.RETRY if retrying else Delivery.Lane.FRESH],
         due_at=due_at,
         endpoint_rate=endpoint.effective_rate_per_second(),
         # The fallback lane (no tenant) has no tenant rate: it is many unknown senders.
@@ -72,6 +77,6 @@ def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
 
 def enqueue_on_commit(deliveries: Iterable[Delivery]) -> None:
     """Enqueue once the surrounding transaction commits (immediately outside one)."""
-    pending = [delivery for delivery in deliveries if delivery.status == Delivery.PENDING]
+    pending = [delivery for delivery in deliveries if delivery.status == Delivery.Status.PENDING]
     if pending:
         transaction.on_commit(lambda: enqueue_now(pending))

@@ -18,29 +18,27 @@ UNFINISHED = ~models.Q(status="delivered")
 class Delivery(models.Model):
     """One event to one endpoint. The database row is the truth; Redis only holds its id."""
 
-    PENDING = "pending"
-    DELIVERED = "delivered"
-    RETRY_SCHEDULED = "retry_scheduled"
-    HELD = "held"
-    DEAD = "dead"
-    STATUS_CHOICES = [
-        (PENDING, "Pending"),
-        (DELIVERED, "Delivered"),
-        (RETRY_SCHEDULED, "Retry scheduled"),
-        (HELD, "Held (endpoint disabled)"),
-        (DEAD, "Dead (retries exhausted)"),
-    ]
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+        HELD = "held", "Held (endpoint disabled)"
+        DEAD = "dead", "Dead (retries exhausted)"
+
     # Statuses whose delivery must be somewhere in the schedule (queued, delayed or leased).
     # "In flight" is not a row status: the scheduler's leases know it without a write
     # per delivery, and a crashed worker's lease expiring is all the recovery it needs.
-    OPEN_STATUSES = (PENDING, RETRY_SCHEDULED)
+    OPEN_STATUSES = (Status.PENDING, Status.RETRY_SCHEDULED)
     # All the others (a test checks the two partition the choices): finished or set
     # aside, so a late attempt's outcome must not change the row.
-    CLOSED_STATUSES = (DELIVERED, HELD, DEAD)
+    CLOSED_STATUSES = (Status.DELIVERED, Status.HELD, Status.DEAD)
 
-    FRESH = "fresh"
-    RETRY = "retry"
-    LANE_CHOICES = [(FRESH, "Fresh"), (RETRY, "Retry")]
+    class Lane(models.TextChoices):
+        """The lane a delivery waits in. The scheduler has its own words for them
+        (delivery.scheduler.FRESH/RETRY); delivery.enqueueing maps one to the other."""
+
+        FRESH = "fresh", "Fresh"
+        RETRY = "retry", "Retry"
 
     id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
@@ -59,8 +57,8 @@ class Delivery(models.Model):
         db_index=False,
         help_text="Copied from the event: the lane it waits in. Empty is the fallback lane.",
     )
-    status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=PENDING)
-    lane = models.CharField(max_length=10, choices=LANE_CHOICES, default=FRESH)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    lane = models.CharField(max_length=10, choices=Lane.choices, default=Lane.FRESH)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(default=timezone.now)
@@ -115,10 +113,10 @@ class Delivery(models.Model):
 class Attempt(models.Model):
     """One HTTP request for a delivery. A deferral (endpoint at its cap) is never an Attempt."""
 
-    DELIVERED = "delivered"
-    RETRY = "retry"
-    FAILED = "failed"
-    OUTCOME_CHOICES = [(DELIVERED, "Delivered"), (RETRY, "Will retry"), (FAILED, "Failed for good")]
+    class Outcome(models.TextChoices):
+        DELIVERED = "delivered", "Delivered"
+        RETRY = "retry", "Will retry"
+        FAILED = "failed", "Failed for good"
 
     # Indexed by (delivery, number) below, which serves lookups by delivery too.
     delivery = models.ForeignKey(
@@ -128,7 +126,7 @@ class Attempt(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     duration_ms = models.PositiveIntegerField(default=0)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    outcome = models.CharField(max_length=12, choices=OUTCOME_CHOICES)
+    outcome = models.CharField(max_length=12, choices=Outcome.choices)
     error = models.CharField(max_length=500, blank=True)
     response_excerpt = models.TextField(blank=True)
     request_headers = models.JSONField(default=dict, blank=True)

@@ -33,14 +33,21 @@ The choices, and why:
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from delivery import transport
 from delivery.transport import HttpResult
 
-DELIVERED = "delivered"
-RETRY = "retry"
-DEAD = "dead"
-DISABLE_ENDPOINT = "disable_endpoint"
+
+class Action(StrEnum):
+    """What becomes of a delivery after an attempt. delivery.records maps each action to
+    the Delivery's status and the Attempt's outcome, the models' own vocabulary."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    DEAD = "dead"
+    DISABLE_ENDPOINT = "disable_endpoint"
+
 
 MIN_RETRY_AFTER_SECONDS = 1.0
 # The error kind of a delivery that failed inside the worker, before or after its request.
@@ -49,7 +56,7 @@ INTERNAL = "internal"
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # DELIVERED, RETRY, DEAD or DISABLE_ENDPOINT
+    action: Action
     delay_seconds: float  # for RETRY; 0.0 otherwise
     reason: str  # short human text for the attempt log, e.g. "HTTP 503"
     counts_as_failure: bool
@@ -57,29 +64,32 @@ class Decision:
 
 @dataclass(frozen=True)
 class _Rule:
-    action: str
+    action: Action
     counts_as_failure: bool = True
     reason: str = ""  # format string with {status}; "" means the transport's error text
 
 
 # Requests that produced no usable response, by HttpResult.error_kind.
 _BY_ERROR_KIND: dict[str, _Rule] = {
-    transport.TIMEOUT: _Rule(RETRY),
-    transport.DEADLINE: _Rule(RETRY),
-    transport.CONNECTION: _Rule(RETRY),
-    transport.TLS: _Rule(RETRY),  # an expired or mismatched certificate gets fixed
-    transport.FORBIDDEN_DESTINATION: _Rule(DEAD),
-    transport.INVALID_URL: _Rule(DEAD),
-    INTERNAL: _Rule(RETRY, counts_as_failure=False),
+    transport.TIMEOUT: _Rule(Action.RETRY),
+    transport.DEADLINE: _Rule(Action.RETRY),
+    transport.CONNECTION: _Rule(Action.RETRY),
+    transport.TLS: _Rule(Action.RETRY),  # an expired or mismatched certificate gets fixed
+    transport.FORBIDDEN_DESTINATION: _Rule(Action.DEAD),
+    transport.INVALID_URL: _Rule(Action.DEAD),
+    INTERNAL: _Rule(Action.RETRY, counts_as_failure=False),
 }
 
 # Responses, by status code: the first row whose range holds the code wins.
 _BY_STATUS: tuple[tuple[range, _Rule], ...] = (
-    (range(200, 300), _Rule(DELIVERED, counts_as_failure=False, reason="HTTP {status}")),
-    (range(410, 411), _Rule(DISABLE_ENDPOINT, reason="HTTP 410 Gone: endpoint disabled")),
-    (range(429, 430), _Rule(RETRY, counts_as_failure=False, reason="HTTP 429 Too Many Requests")),
-    (range(300, 400), _Rule(RETRY, reason="redirect (HTTP {status}) not followed")),
-    (range(1000), _Rule(RETRY, reason="HTTP {status}")),  # 408, other 4xx, 5xx, oddities
+    (range(200, 300), _Rule(Action.DELIVERED, counts_as_failure=False, reason="HTTP {status}")),
+    (range(410, 411), _Rule(Action.DISABLE_ENDPOINT, reason="HTTP 410 Gone: endpoint disabled")),
+    (
+        range(429, 430),
+        _Rule(Action.RETRY, counts_as_failure=False, reason="HTTP 429 Too Many Requests"),
+    ),
+    (range(300, 400), _Rule(Action.RETRY, reason="redirect (HTTP {status}) not followed")),
+    (range(1000), _Rule(Action.RETRY, reason="HTTP {status}")),  # 408, other 4xx, 5xx, oddities
 )
 
 
@@ -96,17 +106,17 @@ def decide(
     if attempt_number < 1:
         raise ValueError(f"attempt_number starts at 1, got {attempt_number}")
     rule, reason = _rule_for(result)
-    if rule.action != RETRY:
+    if rule.action != Action.RETRY:
         return Decision(rule.action, 0.0, reason, rule.counts_as_failure)
     if attempt_number > len(schedule):
         reason = f"{reason}; gave up after {attempt_number} attempts"
-        return Decision(DEAD, 0.0, reason, rule.counts_as_failure)
+        return Decision(Action.DEAD, 0.0, reason, rule.counts_as_failure)
     spread = (rng or random).uniform(-jitter, jitter)
     delay = schedule[attempt_number - 1] * (1 + spread)
     if result.retry_after_seconds is not None:
         asked = min(max(result.retry_after_seconds, MIN_RETRY_AFTER_SECONDS), retry_after_max)
         delay = max(delay, asked)
-    return Decision(RETRY, delay, reason, rule.counts_as_failure)
+    return Decision(Action.RETRY, delay, reason, rule.counts_as_failure)
 
 
 def _rule_for(result: HttpResult) -> tuple[_Rule, str]:

@@ -18,20 +18,20 @@ from django.utils import timezone
 from core import plain_insert
 from delivery import endpoint_health
 from delivery.models import Attempt, Delivery
-from delivery.policy import Decision
+from delivery.policy import Action, Decision
 from delivery.transport import HttpResult
 
 _STATUS_FOR_ACTION = {
-    "delivered": Delivery.DELIVERED,
-    "retry": Delivery.RETRY_SCHEDULED,
-    "dead": Delivery.DEAD,
-    "disable_endpoint": Delivery.HELD,
+    Action.DELIVERED: Delivery.Status.DELIVERED,
+    Action.RETRY: Delivery.Status.RETRY_SCHEDULED,
+    Action.DEAD: Delivery.Status.DEAD,
+    Action.DISABLE_ENDPOINT: Delivery.Status.HELD,
 }
 _OUTCOME_FOR_ACTION = {
-    "delivered": Attempt.DELIVERED,
-    "retry": Attempt.RETRY,
-    "dead": Attempt.FAILED,
-    "disable_endpoint": Attempt.FAILED,
+    Action.DELIVERED: Attempt.Outcome.DELIVERED,
+    Action.RETRY: Attempt.Outcome.RETRY,
+    Action.DEAD: Attempt.Outcome.FAILED,
+    Action.DISABLE_ENDPOINT: Attempt.Outcome.FAILED,
 }
 
 
@@ -65,7 +65,7 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
     delivered_ids = [
         item.delivery.pk
         for item, (status, _) in zip(sent, plans, strict=True)
-        if status == Delivery.DELIVERED
+        if status == Delivery.Status.DELIVERED
     ]
     # Built before the transaction: on SQLite it holds the one write lock.
     attempts = plain_insert.prepare_values(Attempt, [_attempt(item) for item in sent])
@@ -74,7 +74,7 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
         if delivered_ids:
             _mark_delivered(delivered_ids, now)
         for item, (status, next_attempt_at) in zip(sent, plans, strict=True):
-            if status != Delivery.DELIVERED:
+            if status != Delivery.Status.DELIVERED:
                 changes = {
                     "status": status,
                     "attempts": F("attempts") + 1,
@@ -82,11 +82,13 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
                     "next_attempt_at": next_attempt_at,
                     "updated_at": now,
                 }
-                if status == Delivery.RETRY_SCHEDULED:
-                    changes["lane"] = Delivery.RETRY
+                if status == Delivery.Status.RETRY_SCHEDULED:
+                    changes["lane"] = Delivery.Lane.RETRY
                 _open([item.delivery.pk]).update(**changes)
         if held:
-            _open([delivery.pk for delivery in held]).update(status=Delivery.HELD, updated_at=now)
+            _open([delivery.pk for delivery in held]).update(
+                status=Delivery.Status.HELD, updated_at=now
+            )
         disabled = endpoint_health.record_outcomes(
             [(item.delivery.endpoint, item.decision) for item in sent], now
         )
@@ -98,7 +100,7 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
 
 def _plan(decision: Decision, now: datetime) -> tuple[str, datetime | None]:
     status = _STATUS_FOR_ACTION[decision.action]
-    if status == Delivery.RETRY_SCHEDULED:
+    if status == Delivery.Status.RETRY_SCHEDULED:
         return status, now + timedelta(seconds=decision.delay_seconds)
     return status, None
 
@@ -153,7 +155,9 @@ def _mark_delivered(ids: Sequence[str], now: datetime) -> None:
         f"AND {column['status']} NOT IN ({', '.join(['%s'] * len(Delivery.CLOSED_STATUSES))})"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Delivery.DELIVERED, stamp, stamp, *ids, *Delivery.CLOSED_STATUSES])
+        cursor.execute(
+            sql, [Delivery.Status.DELIVERED, stamp, stamp, *ids, *Delivery.CLOSED_STATUSES]
+        )
 
 
 def _open(ids: Sequence[str]):

@@ -15,13 +15,16 @@ def replay(deliveries: Iterable[Delivery]) -> int:
     The Attempt history is kept; `attempts` restarts so the replay gets the whole retry
     schedule (Attempt.number counts from the last replay).
     """
-    ids = [delivery.id for delivery in deliveries if delivery.status == Delivery.DEAD]
+    ids = [delivery.id for delivery in deliveries if delivery.status == Delivery.Status.DEAD]
     with transaction.atomic():
-        Delivery.objects.filter(id__in=ids, status=Delivery.DEAD).update(
-            status=Delivery.PENDING, lane=Delivery.FRESH, attempts=0, next_attempt_at=None
+        Delivery.objects.filter(id__in=ids, status=Delivery.Status.DEAD).update(
+            status=Delivery.Status.PENDING,
+            lane=Delivery.Lane.FRESH,
+            attempts=0,
+            next_attempt_at=None,
         )
         replayed = list(
-            Delivery.objects.filter(id__in=ids, status=Delivery.PENDING)
+            Delivery.objects.filter(id__in=ids, status=Delivery.Status.PENDING)
             .select_related("tenant", "endpoint")
             .order_by("id")
         )

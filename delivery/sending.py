@@ -28,7 +28,7 @@ from django.utils import timezone
 from core.signatures import sign_standard_webhooks
 from delivery import loading, records
 from delivery.models import Delivery
-from delivery.policy import DEAD, INTERNAL, RETRY, Decision, decide
+from delivery.policy import INTERNAL, Action, Decision, decide
 from delivery.scheduler import Lease, Scheduler
 from delivery.transport import Exchange, HttpResult, Transport
 from tenants.models import Endpoint, EndpointSecret
@@ -281,8 +281,8 @@ def failed_inside(
         # an internal failure, decided here, so that this delivery still ends somewhere.
         logger.exception("judging delivery %s failed", lease.delivery_id)
         schedule = settings.RETRY_SCHEDULE_SECONDS
-        action = RETRY if delivery.attempts < len(schedule) else DEAD
-        delay = float(schedule[delivery.attempts]) if action == RETRY else 0.0
+        action = Action.RETRY if delivery.attempts < len(schedule) else Action.DEAD
+        delay = float(schedule[delivery.attempts]) if action == Action.RETRY else 0.0
         decision = Decision(action, delay, result.error, counts_as_failure=False)
         sent = records.Sent(delivery, result, decision, started_at or timezone.now(), {})
         return Finished(lease, sent=sent)
@@ -317,11 +317,14 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
         if item.sent is None:
             acks.setdefault("held" if item.held is not None else "stale", []).append(item.lease)
     for item, outcome in zip(attempted, recorded, strict=True):
-        if outcome.status == Delivery.RETRY_SCHEDULED and outcome.next_attempt_at is not None:
+        if (
+            outcome.status == Delivery.Status.RETRY_SCHEDULED
+            and outcome.next_attempt_at is not None
+        ):
             scheduler.retry_later(item.lease, outcome.next_attempt_at.timestamp())
         else:
             acks.setdefault(outcome.status, []).append(item.lease)
-        if outcome.status != Delivery.DELIVERED:
+        if outcome.status != Delivery.Status.DELIVERED:
             reason = item.sent.decision.reason
             logger.info("delivery %s: %s (%s)", item.lease.delivery_id, outcome.status, reason)
     for outcome_name, leases in acks.items():

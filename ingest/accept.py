@@ -155,7 +155,7 @@ def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Deliver
             endpoint=endpoint,
             tenant=event.tenant,
             # A disabled endpoint's work is held, not dropped: it resumes when re-enabled.
-            status=Delivery.PENDING if endpoint.enabled else Delivery.HELD,
+            status=Delivery.Status.PENDING if endpoint.enabled else Delivery.Status.HELD,
         )
         for endpoint in endpoints
     ]

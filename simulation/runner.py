@@ -200,7 +200,7 @@ def _sent_at(event_ids: list[str]) -> dict[str, float]:
     found: dict[str, float] = {}
     for start in range(0, len(event_ids), 500):
         rows = Attempt.objects.filter(
-            outcome=Attempt.DELIVERED, delivery__event_id__in=event_ids[start : start + 500]
+            outcome=Attempt.Outcome.DELIVERED, delivery__event_id__in=event_ids[start : start + 500]
         ).values_list("delivery__event_id", "started_at")
         found.update((event_id, started.timestamp()) for event_id, started in rows)
     return found

@@ -45,13 +45,13 @@ def test_replay_puts_dead_letters_back_in_the_lane(staff_client) -> None:
     scheduler = get_scheduler()
     [lease] = scheduler.pick("w", 1).leases
     scheduler.ack([lease])
-    Delivery.objects.update(status=Delivery.DEAD, attempts=8)
+    Delivery.objects.update(status=Delivery.Status.DEAD, attempts=8)
     run_action(staff_client, "delivery.delivery", "replay_dead_letters", [lease.delivery_id])
     delivery = Delivery.objects.get()
     assert (delivery.status, delivery.attempts, delivery.lane) == (
-        Delivery.PENDING,
+        Delivery.Status.PENDING,
         0,
-        Delivery.FRESH,
+        Delivery.Lane.FRESH,
     )
     assert [one.delivery_id for one in scheduler.pick("w", 1).leases] == [delivery.id]
 
@@ -60,11 +60,11 @@ def test_reenable_action_releases_held_deliveries(staff_client) -> None:
     tenant = make_tenant("acme")
     endpoint = make_endpoint(tenant, enabled=False, disabled_reason="HTTP 410")
     publish(tenant, "x", {})
-    assert Delivery.objects.get().status == Delivery.HELD
+    assert Delivery.objects.get().status == Delivery.Status.HELD
     run_action(staff_client, "tenants.endpoint", "reenable_endpoints", [endpoint.pk])
     endpoint.refresh_from_db()
     assert endpoint.enabled and endpoint.disabled_reason == ""
-    assert Delivery.objects.get().status == Delivery.PENDING
+    assert Delivery.objects.get().status == Delivery.Status.PENDING
     assert get_scheduler().snapshot().fresh_depth == 1
 
 

@@ -138,9 +138,9 @@ def test_killing_workers_at_random_loses_nothing(live_server, gateway, workers) 
     time.sleep(2)
     stop_chaos.set()
     chaos_thread.join()
-    assert wait_until(lambda: statuses() == {Delivery.DELIVERED: len(accepted)}, timeout=120), (
-        statuses()
-    )
+    assert wait_until(
+        lambda: statuses() == {Delivery.Status.DELIVERED: len(accepted)}, timeout=120
+    ), statuses()
     received = delivered_ids(gateway)
     assert set(received) == set(accepted)  # nothing lost
     print(
@@ -159,7 +159,9 @@ def test_redis_restart_without_persistence_is_rebuilt_from_the_database(
     private_redis.restart()  # the schedule is gone: lanes, leases, epoch
     restarted_at = time.monotonic()
     second = produce(live_server.url, 300, producers=5)
-    assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 600}, timeout=60), statuses()
+    assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 600}, timeout=60), (
+        statuses()
+    )
     recovered_in = time.monotonic() - restarted_at
     assert set(delivered_ids(gateway)) == set(first + second)
     print(f"redis restart: 600 accepted, all delivered {recovered_in:.1f}s after the restart")
@@ -187,7 +189,9 @@ def test_flushall_is_rebuilt_from_the_database(
     redis.Redis.from_url(private_redis.url).flushall()
     flushed_at = time.monotonic()
     more = produce(live_server.url, 100, producers=4)
-    assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 300}, timeout=60), statuses()
+    assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 300}, timeout=60), (
+        statuses()
+    )
     assert set(delivered_ids(gateway)) == set(accepted + more)
     assert time.monotonic() - flushed_at < 60
 
@@ -205,7 +209,9 @@ def test_redis_down_during_ingest_still_acknowledges_and_delivers_after(
     accepted = produce(live_server.url, 100, producers=4)  # every one answered 202
     assert Delivery.objects.filter(needs_schedule=True).count() == 100
     private_redis.start()
-    assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 100}, timeout=60), statuses()
+    assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 100}, timeout=60), (
+        statuses()
+    )
     assert set(delivered_ids(gateway)) == set(accepted)
 
 
@@ -249,7 +255,9 @@ def test_load_every_event_delivered_exactly_once_and_no_lane_starves(
     start(LEASE_SECONDS="30")
     offset = time.time() - time.monotonic()  # the receiver records monotonic arrival times
     accepted = produce(live_server.url, 4000, producers=20)
-    assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 4000}, timeout=120), statuses()
+    assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 4000}, timeout=120), (
+        statuses()
+    )
     received = delivered_ids(gateway)
     assert set(received) == set(accepted)
     # Without crashes, a second request only follows a recorded failed attempt (a
@@ -260,12 +268,14 @@ def test_load_every_event_delivered_exactly_once_and_no_lane_starves(
 
     repeated = {event_id for event_id, n in Counter(received).items() if n > 1}
     retried = set(
-        Attempt.objects.exclude(outcome=Attempt.DELIVERED).values_list(
+        Attempt.objects.exclude(outcome=Attempt.Outcome.DELIVERED).values_list(
             "delivery__event_id", flat=True
         )
     )
     failures = list(
-        Attempt.objects.exclude(outcome=Attempt.DELIVERED).values_list("error", flat=True)[:5]
+        Attempt.objects.exclude(outcome=Attempt.Outcome.DELIVERED).values_list("error", flat=True)[
+            :5
+        ]
     )
     print(
         f"load: {len(received) - len(set(received))} repeated requests; failed attempts: {failures}"

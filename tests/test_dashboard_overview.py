@@ -52,9 +52,11 @@ def scene(later):
         publish(broken, "x", {"i": i})
     # broken's endpoint is disabled: its deliveries are held, out of the schedule.
     Endpoint.objects.filter(tenant=broken).update(enabled=False, disabled_reason="HTTP 410")
-    Delivery.objects.filter(tenant=broken).update(status=Delivery.HELD)
+    Delivery.objects.filter(tenant=broken).update(status=Delivery.Status.HELD)
     rebuild_schedule()
-    Delivery.objects.filter(tenant=other).update(status=Delivery.DEAD)  # still queued in Redis
+    Delivery.objects.filter(tenant=other).update(
+        status=Delivery.Status.DEAD
+    )  # still queued in Redis
     return {"loud": loud, "other": other, "resting": resting, "broken": broken}
 
 
@@ -148,10 +150,10 @@ def test_reenable_and_replay(staff_client, scene) -> None:
     endpoint = Endpoint.objects.get(tenant=scene["broken"])
     act(staff_client, action="reenable", endpoint=endpoint.pk)
     assert Endpoint.objects.get(pk=endpoint.pk).enabled
-    assert not Delivery.objects.filter(status=Delivery.HELD).exists()
+    assert not Delivery.objects.filter(status=Delivery.Status.HELD).exists()
     act(staff_client, action="replay", tenant=scene["other"].pk)
     assert set(Delivery.objects.filter(tenant=scene["other"]).values_list("status", flat=True)) == {
-        Delivery.PENDING
+        Delivery.Status.PENDING
     }
 
 
@@ -195,7 +197,7 @@ def test_overview_says_so_when_redis_is_away(staff_client) -> None:
 def test_delivered_per_minute_counts_the_last_minute(staff_client, scene) -> None:
     ids = list(Delivery.objects.filter(tenant=scene["loud"]).values_list("id", flat=True)[:5])
     Delivery.objects.filter(id__in=ids).update(
-        status=Delivery.DELIVERED, delivered_at=timezone.now() - timedelta(seconds=20)
+        status=Delivery.Status.DELIVERED, delivered_at=timezone.now() - timedelta(seconds=20)
     )
     page = staff_client.get(OVERVIEW).content.decode()
     assert 'id="ov-delivered">5<' in page

@@ -38,12 +38,13 @@ def deliver(tenant, count: int, seconds_ago: float = 10) -> None:
     """Mark `count` of the tenant's pending deliveries delivered a moment ago, as a worker
     would have, then rebuild the schedule from the rows that are still open."""
     ids = list(
-        Delivery.objects.filter(tenant=tenant, status=Delivery.PENDING)
+        Delivery.objects.filter(tenant=tenant, status=Delivery.Status.PENDING)
         .order_by("id")
         .values_list("id", flat=True)[:count]
     )
     Delivery.objects.filter(id__in=ids).update(
-        status=Delivery.DELIVERED, delivered_at=timezone.now() - timedelta(seconds=seconds_ago)
+        status=Delivery.Status.DELIVERED,
+        delivered_at=timezone.now() - timedelta(seconds=seconds_ago),
     )
     maintenance.rebuild_schedule()
 
@@ -111,11 +112,14 @@ def test_failing_endpoint_shows_the_failure_and_the_next_retry(client) -> None:
         delivery=delivery,
         number=1,
         status_code=503,
-        outcome=Attempt.RETRY,
+        outcome=Attempt.Outcome.RETRY,
         response_excerpt="upstream is down for maintenance",
     )
     Delivery.objects.filter(pk=delivery.pk).update(
-        status=Delivery.RETRY_SCHEDULED, lane=Delivery.RETRY, attempts=1, next_attempt_at=due
+        status=Delivery.Status.RETRY_SCHEDULED,
+        lane=Delivery.Lane.RETRY,
+        attempts=1,
+        next_attempt_at=due,
     )
     endpoint.consecutive_failures = 1
     endpoint.failing_since = timezone.now()
@@ -140,7 +144,7 @@ def test_disabled_endpoint_holds_work_and_says_so(client) -> None:
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/gone")
     for i in range(3):
         publish(tenant, "x", {"i": i})
-    Delivery.objects.update(status=Delivery.HELD)
+    Delivery.objects.update(status=Delivery.Status.HELD)
     enqueueing.get_scheduler().clear()
     endpoint.enabled = False
     endpoint.disabled_reason = "Disabled: HTTP 410 Gone"

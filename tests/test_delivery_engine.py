@@ -54,7 +54,7 @@ def test_delivers_with_standard_webhooks_headers_and_records_the_attempt(engine)
         accepted = publish(tenant, "order.created", {"n": 1})
         engine()
         [request] = receiver.wait_for(1)
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 1})
     assert request.headers["webhook-id"] == accepted.event.id
     assert request.headers["Content-Type"] == "application/json"
     assert request.json() == {"n": 1}
@@ -62,7 +62,11 @@ def test_delivers_with_standard_webhooks_headers_and_records_the_attempt(engine)
     assert verify_standard_webhooks(old.secret, request.headers, request.body)
     assert verify_standard_webhooks(new.secret, request.headers, request.body)
     attempt = Attempt.objects.get()
-    assert (attempt.number, attempt.status_code, attempt.outcome) == (1, 200, Attempt.DELIVERED)
+    assert (attempt.number, attempt.status_code, attempt.outcome) == (
+        1,
+        200,
+        Attempt.Outcome.DELIVERED,
+    )
     assert "webhook-signature" not in attempt.request_headers
     assert get_scheduler().snapshot().in_flight == 0
 
@@ -74,15 +78,15 @@ def test_failure_is_retried_with_the_same_webhook_id(engine) -> None:
         publish(tenant, "x", {})
         engine()
         requests = receiver.wait_for(3, timeout=10)
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 1})
     assert len({r.headers["webhook-id"] for r in requests}) == 1
     assert list(Attempt.objects.order_by("number").values_list("status_code", "outcome")) == [
-        (503, Attempt.RETRY),
-        (500, Attempt.RETRY),
-        (200, Attempt.DELIVERED),
+        (503, Attempt.Outcome.RETRY),
+        (500, Attempt.Outcome.RETRY),
+        (200, Attempt.Outcome.DELIVERED),
     ]
     delivery = Delivery.objects.get()
-    assert (delivery.attempts, delivery.lane) == (3, Delivery.RETRY)
+    assert (delivery.attempts, delivery.lane) == (3, Delivery.Lane.RETRY)
 
 
 def test_exhausted_retries_make_a_dead_letter(engine) -> None:
@@ -91,7 +95,7 @@ def test_exhausted_retries_make_a_dead_letter(engine) -> None:
         make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {})
         engine()
-        assert wait_until(lambda: statuses() == {Delivery.DEAD: 1}, timeout=10)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DEAD: 1}, timeout=10)
         assert len(receiver.requests) == 4  # the first try and three retries
     assert "gave up" in Delivery.objects.get().last_error
 
@@ -102,13 +106,13 @@ def test_410_disables_the_endpoint_and_holds_its_work_until_reenabled(engine) ->
         endpoint = make_endpoint(tenant, receiver.url)
         publish(tenant, "x", {"i": 0})
         running = engine(concurrency=1)
-        assert wait_until(lambda: statuses() == {Delivery.HELD: 1})
+        assert wait_until(lambda: statuses() == {Delivery.Status.HELD: 1})
         endpoint.refresh_from_db()
         assert not endpoint.enabled and "410" in endpoint.disabled_reason
         publish(tenant, "x", {"i": 1})  # arrives while disabled: held, not attempted
-        assert statuses() == {Delivery.HELD: 2}
+        assert statuses() == {Delivery.Status.HELD: 2}
         assert endpoint.enable() == 2
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 2})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 2})
         bodies = [r.json() for r in receiver.requests]
         assert running.sent >= 3
     assert bodies == [{"i": 0}, {"i": 0}, {"i": 1}]  # resumed in order
@@ -123,7 +127,7 @@ def test_after_a_410_no_more_requests_go_to_the_endpoint(engine) -> None:
         for i in range(5):
             publish(tenant, "x", {"i": i})
         engine(concurrency=1)
-        assert wait_until(lambda: statuses() == {Delivery.HELD: 5})
+        assert wait_until(lambda: statuses() == {Delivery.Status.HELD: 5})
         time.sleep(0.1)
         assert [r.json() for r in receiver.requests] == [{"i": 0}]
     assert Attempt.objects.count() == 1
@@ -139,7 +143,7 @@ def test_consecutive_failures_disable_the_endpoint_with_a_reason(engine, setting
         assert wait_until(lambda: not Endpoint.objects.get(pk=endpoint.pk).enabled)
     endpoint.refresh_from_db()
     assert "2 consecutive failures" in endpoint.disabled_reason
-    assert wait_until(lambda: statuses() == {Delivery.HELD: 1})
+    assert wait_until(lambda: statuses() == {Delivery.Status.HELD: 1})
 
 
 def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -> None:
@@ -162,7 +166,7 @@ def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -
         for i in range(30):
             publish(tenant, "x", {"i": i})
         engine(concurrency=8)
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 30}, timeout=20)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 30}, timeout=20)
     assert peak <= 2
     assert Attempt.objects.count() == 30
     assert get_scheduler().snapshot().deferrals_total > 0
@@ -188,9 +192,9 @@ def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(engine, m
             publish(tenant, "x", {"i": i})
         engine(concurrency=2)
         requests = receiver.wait_for(4)
-        assert statuses() == {Delivery.PENDING: 4}  # none recorded yet
+        assert statuses() == {Delivery.Status.PENDING: 4}  # none recorded yet
         recording_allowed.set()
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 4})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 4})
     assert [r.json()["i"] for r in requests] == [0, 1, 2, 3]
 
 
@@ -213,7 +217,7 @@ def test_graceful_stop_finishes_the_request_in_flight(engine) -> None:
         running = engine(concurrency=2)
         assert wait_until(lambda: bool(running.in_flight()))
         assert running.stop(graceful=True, timeout=10) is True
-    assert statuses() == {Delivery.DELIVERED: 1}
+    assert statuses() == {Delivery.Status.DELIVERED: 1}
 
 
 def test_outcomes_are_counted_for_the_metrics(engine) -> None:
@@ -223,7 +227,7 @@ def test_outcomes_are_counted_for_the_metrics(engine) -> None:
         for i in range(3):
             publish(tenant, "x", {"i": i})
         engine()
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 3})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 3})
     assert wait_until(lambda: get_scheduler().counters().get("delivered") == 3)
 
 
@@ -239,7 +243,7 @@ def test_retry_after_on_a_429_pauses_the_whole_endpoint(engine) -> None:
         requests = receiver.wait_for(4, timeout=20)
         # The receiver records a request before it answers, and the worker records the
         # answer later still: wait for that while the receiver is still up to answer.
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 3})
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 3})
     # The endpoint's other queued work also waited for the Retry-After, not just the 429'd
     # one: the slot paused the endpoint as the answer came, before it took more work.
     assert requests[1].arrived_at - paused_at >= 2.5
@@ -315,7 +319,10 @@ def test_hung_endpoints_hold_sockets_not_threads(engine) -> None:
         for i in range(30):
             publish(other, "y", {"i": i})
         assert wait_until(
-            lambda: Delivery.objects.filter(tenant=other, status=Delivery.DELIVERED).count() == 30,
+            lambda: (
+                Delivery.objects.filter(tenant=other, status=Delivery.Status.DELIVERED).count()
+                == 30
+            ),
             timeout=20,
         )
         # Still holding every hung request, in the threads the engine started with.

@@ -25,8 +25,13 @@ STATUS_INDEXES = (
 def history() -> list[Delivery]:
     """Mostly delivered, ten of every other status, with fresh statistics."""
     backlog = make_backlog(3000)
-    Delivery.objects.update(status=Delivery.DELIVERED)
-    others = [Delivery.HELD, Delivery.DEAD, Delivery.PENDING, Delivery.RETRY_SCHEDULED]
+    Delivery.objects.update(status=Delivery.Status.DELIVERED)
+    others = [
+        Delivery.Status.HELD,
+        Delivery.Status.DEAD,
+        Delivery.Status.PENDING,
+        Delivery.Status.RETRY_SCHEDULED,
+    ]
     for index, status in enumerate(others):
         ids = [d.pk for d in backlog[index * 10 : index * 10 + 10]]
         Delivery.objects.filter(pk__in=ids).update(status=status)
@@ -51,12 +56,12 @@ def test_status_queries_use_the_unfinished_indexes(history) -> None:
     delivery = history[0]
     plans = {  # the admin's and dashboards' kinds of query
         "delivery_tenant_status_idx": Delivery.objects.filter(
-            status=Delivery.DEAD, tenant_id__in=[delivery.tenant_id]
+            status=Delivery.Status.DEAD, tenant_id__in=[delivery.tenant_id]
         ).only("pk"),
         "delivery_endpoint_status_idx": Delivery.objects.filter(
-            endpoint_id=delivery.endpoint_id, status=Delivery.HELD
+            endpoint_id=delivery.endpoint_id, status=Delivery.Status.HELD
         ).only("pk"),
-        "delivery_status_due_idx": Delivery.objects.filter(status=Delivery.DEAD).only("pk"),
+        "delivery_status_due_idx": Delivery.objects.filter(status=Delivery.Status.DEAD).only("pk"),
     }
     for index, queryset in plans.items():
         plan = queryset.order_by().explain()

@@ -61,7 +61,7 @@ def test_verified_event_is_stored_enqueued_and_acknowledged(client, shop_source)
         b'{"id": 1}',
     )
     delivery = Delivery.objects.get(event=event)
-    assert delivery.tenant == tenant and delivery.status == Delivery.PENDING
+    assert delivery.tenant == tenant and delivery.status == Delivery.Status.PENDING
     assert get_scheduler().snapshot().fresh_depth == 1
 
 
@@ -239,7 +239,7 @@ def test_disabled_destination_holds_the_delivery(client, shop_source) -> None:
     make_tenant("a.example")
     shop_source.destinations.update(enabled=False)
     assert post_shopify(client, b"{}").status_code == 202
-    assert Delivery.objects.get().status == Delivery.HELD
+    assert Delivery.objects.get().status == Delivery.Status.HELD
     assert get_scheduler().snapshot().fresh_depth == 0
 
 

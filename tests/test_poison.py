@@ -166,13 +166,13 @@ def test_an_exception_at_any_step_is_that_deliverys_recorded_failure(
         engine(concurrency=4)
 
         def quiet_delivered() -> bool:
-            return Delivery.objects.filter(status=Delivery.DELIVERED).count() == quiet
+            return Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == quiet
 
         assert wait_until(quiet_delivered, timeout=QUIET_DEADLINE_SECONDS)
         quiet_took = time.monotonic() - started
         target = poison_id()
         assert wait_until(
-            lambda: Delivery.objects.get(pk=target).status == Delivery.DEAD, timeout=15
+            lambda: Delivery.objects.get(pk=target).status == Delivery.Status.DEAD, timeout=15
         )
 
     poisoned = Delivery.objects.get(pk=target)
@@ -207,7 +207,9 @@ def test_a_response_the_database_refuses_is_recorded_without_losing_the_group(en
         for i in range(3):
             publish(tenant, "x", {"i": i})
         engine(concurrency=4)
-        assert wait_until(lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == 3)
+        assert wait_until(
+            lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == 3
+        )
     excerpts = set(Attempt.objects.values_list("response_excerpt", flat=True))
     assert excerpts == {"ok\ufffdthen\ufffdmore"}
 
@@ -239,7 +241,9 @@ def test_odd_event_types_from_ingest_are_delivered_percent_encoded(engine, clien
         engine(concurrency=4)
         requests = receiver.wait_for(len(ODD_TYPES))
         assert wait_until(
-            lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == len(ODD_TYPES)
+            lambda: (
+                Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == len(ODD_TYPES)
+            )
         )
     sent = {unquote(r.headers["webhook-event-type"]) for r in requests}
     assert sent == set(ODD_TYPES)
@@ -266,7 +270,9 @@ def test_odd_event_types_from_the_publish_api_are_delivered(engine, client) -> N
         assert response.status_code in (200, 202), response.content
         engine(concurrency=2)
         requests = receiver.wait_for(4)
-        assert wait_until(lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == 4)
+        assert wait_until(
+            lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == 4
+        )
     assert {unquote(r.headers["webhook-event-type"]) for r in requests} == set(ODD_TYPES[:4])
 
 

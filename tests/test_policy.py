@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delivery import transport
-from delivery.policy import DEAD, DELIVERED, DISABLE_ENDPOINT, RETRY, Decision, decide
+from delivery.policy import Action, Decision, decide
 from delivery.transport import HttpResult
 
 SCHEDULE = (5.0, 300.0, 1800.0)
@@ -26,49 +26,52 @@ def failure(kind: str, error: str, status: int | None = None) -> HttpResult:
 @pytest.mark.parametrize(
     ("result", "expected"),
     [
-        (response(200), Decision(DELIVERED, 0.0, "HTTP 200", False)),
-        (response(204), Decision(DELIVERED, 0.0, "HTTP 204", False)),
-        (response(299), Decision(DELIVERED, 0.0, "HTTP 299", False)),
-        (response(500), Decision(RETRY, 5.0, "HTTP 500", True)),
-        (response(502), Decision(RETRY, 5.0, "HTTP 502", True)),
-        (response(503), Decision(RETRY, 5.0, "HTTP 503", True)),
-        (response(408), Decision(RETRY, 5.0, "HTTP 408", True)),
-        (response(429), Decision(RETRY, 5.0, "HTTP 429 Too Many Requests", False)),
+        (response(200), Decision(Action.DELIVERED, 0.0, "HTTP 200", False)),
+        (response(204), Decision(Action.DELIVERED, 0.0, "HTTP 204", False)),
+        (response(299), Decision(Action.DELIVERED, 0.0, "HTTP 299", False)),
+        (response(500), Decision(Action.RETRY, 5.0, "HTTP 500", True)),
+        (response(502), Decision(Action.RETRY, 5.0, "HTTP 502", True)),
+        (response(503), Decision(Action.RETRY, 5.0, "HTTP 503", True)),
+        (response(408), Decision(Action.RETRY, 5.0, "HTTP 408", True)),
+        (response(429), Decision(Action.RETRY, 5.0, "HTTP 429 Too Many Requests", False)),
         # Other 4xx and 3xx: retried on the schedule (a fixable receiver mistake, see policy).
-        (response(400), Decision(RETRY, 5.0, "HTTP 400", True)),
-        (response(401), Decision(RETRY, 5.0, "HTTP 401", True)),
-        (response(404), Decision(RETRY, 5.0, "HTTP 404", True)),
-        (response(301), Decision(RETRY, 5.0, "redirect (HTTP 301) not followed", True)),
-        (response(302), Decision(RETRY, 5.0, "redirect (HTTP 302) not followed", True)),
-        (response(100), Decision(RETRY, 5.0, "HTTP 100", True)),
-        (response(410), Decision(DISABLE_ENDPOINT, 0.0, "HTTP 410 Gone: endpoint disabled", True)),
+        (response(400), Decision(Action.RETRY, 5.0, "HTTP 400", True)),
+        (response(401), Decision(Action.RETRY, 5.0, "HTTP 401", True)),
+        (response(404), Decision(Action.RETRY, 5.0, "HTTP 404", True)),
+        (response(301), Decision(Action.RETRY, 5.0, "redirect (HTTP 301) not followed", True)),
+        (response(302), Decision(Action.RETRY, 5.0, "redirect (HTTP 302) not followed", True)),
+        (response(100), Decision(Action.RETRY, 5.0, "HTTP 100", True)),
+        (
+            response(410),
+            Decision(Action.DISABLE_ENDPOINT, 0.0, "HTTP 410 Gone: endpoint disabled", True),
+        ),
         (
             failure(transport.TIMEOUT, "connect timed out after 5 s"),
-            Decision(RETRY, 5.0, "connect timed out after 5 s", True),
+            Decision(Action.RETRY, 5.0, "connect timed out after 5 s", True),
         ),
         (
             failure(transport.DEADLINE, "no response within 30 s"),
-            Decision(RETRY, 5.0, "no response within 30 s", True),
+            Decision(Action.RETRY, 5.0, "no response within 30 s", True),
         ),
         (
             failure(transport.DEADLINE, "response body incomplete after 30 s", status=200),
-            Decision(RETRY, 5.0, "HTTP 200, then response body incomplete after 30 s", True),
+            Decision(Action.RETRY, 5.0, "HTTP 200, then response body incomplete after 30 s", True),
         ),
         (
             failure(transport.CONNECTION, "connection failed: Connection refused"),
-            Decision(RETRY, 5.0, "connection failed: Connection refused", True),
+            Decision(Action.RETRY, 5.0, "connection failed: Connection refused", True),
         ),
         (
             failure(transport.TLS, "TLS error: certificate verify failed"),
-            Decision(RETRY, 5.0, "TLS error: certificate verify failed", True),
+            Decision(Action.RETRY, 5.0, "TLS error: certificate verify failed", True),
         ),
         (
             failure(transport.FORBIDDEN_DESTINATION, "forbidden destination: 10.0.0.1 is private"),
-            Decision(DEAD, 0.0, "forbidden destination: 10.0.0.1 is private", True),
+            Decision(Action.DEAD, 0.0, "forbidden destination: 10.0.0.1 is private", True),
         ),
         (
             failure(transport.INVALID_URL, "invalid URL: No host supplied"),
-            Decision(DEAD, 0.0, "invalid URL: No host supplied", True),
+            Decision(Action.DEAD, 0.0, "invalid URL: No host supplied", True),
         ),
     ],
 )
@@ -79,24 +82,26 @@ def test_first_attempt_outcomes(result, expected):
 def test_every_transport_error_kind_has_a_rule():
     for kind in transport.ERROR_KINDS:
         decision = decide(failure(kind, "x"), 1, **NO_JITTER)
-        assert decision.action in (RETRY, DEAD)
+        assert decision.action in (Action.RETRY, Action.DEAD)
 
 
 @pytest.mark.parametrize(("attempt", "delay"), [(1, 5.0), (2, 300.0), (3, 1800.0)])
 def test_retries_follow_the_schedule(attempt, delay):
-    assert decide(response(503), attempt, **NO_JITTER) == Decision(RETRY, delay, "HTTP 503", True)
+    assert decide(response(503), attempt, **NO_JITTER) == Decision(
+        Action.RETRY, delay, "HTTP 503", True
+    )
 
 
 @pytest.mark.parametrize("status", [503, 429, 404])
 def test_after_the_last_scheduled_retry_the_delivery_is_dead(status):
     decision = decide(response(status), len(SCHEDULE) + 1, **NO_JITTER)
-    assert decision.action == DEAD
+    assert decision.action == Action.DEAD
     assert decision.reason.endswith("; gave up after 4 attempts")
 
 
 def test_permanent_outcomes_do_not_depend_on_the_attempt_number():
-    assert decide(response(200), 99, **NO_JITTER).action == DELIVERED
-    assert decide(response(410), 99, **NO_JITTER).action == DISABLE_ENDPOINT
+    assert decide(response(200), 99, **NO_JITTER).action == Action.DELIVERED
+    assert decide(response(410), 99, **NO_JITTER).action == Action.DISABLE_ENDPOINT
 
 
 @given(
@@ -145,15 +150,15 @@ def test_jitter_spreads_retries_that_failed_together():
 def test_retry_after_is_a_not_before_time_within_bounds(retry_after, first_delay, third_delay):
     first = decide(response(503, retry_after), 1, **NO_JITTER)
     third = decide(response(503, retry_after), 3, **NO_JITTER)
-    assert (first.action, first.delay_seconds) == (RETRY, first_delay)
-    assert (third.action, third.delay_seconds) == (RETRY, third_delay)
+    assert (first.action, first.delay_seconds) == (Action.RETRY, first_delay)
+    assert (third.action, third.delay_seconds) == (Action.RETRY, third_delay)
 
 
 def test_retry_after_neither_delays_success_nor_extends_the_schedule():
     assert decide(response(200, 60.0), 1, **NO_JITTER) == Decision(
-        DELIVERED, 0.0, "HTTP 200", False
+        Action.DELIVERED, 0.0, "HTTP 200", False
     )
-    assert decide(response(429, 60.0), len(SCHEDULE) + 1, **NO_JITTER).action == DEAD
+    assert decide(response(429, 60.0), len(SCHEDULE) + 1, **NO_JITTER).action == Action.DEAD
 
 
 def test_attempt_numbers_start_at_one():
@@ -169,4 +174,4 @@ def test_the_settings_plug_straight_in():
         jitter=settings.RETRY_JITTER,
         retry_after_max=settings.RETRY_AFTER_MAX_SECONDS,
     )
-    assert decision.action == DEAD
+    assert decision.action == Action.DEAD

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from delivery import records
 from delivery.loading import load_many
 from delivery.models import Attempt, Delivery
-from delivery.policy import DELIVERED, RETRY, Decision
+from delivery.policy import Action, Decision
 from delivery.transport import HttpResult
 from tests.factories import make_backlog
 
@@ -27,19 +27,21 @@ def _sent(delivery: Delivery, result: HttpResult, decision: Decision) -> records
 
 def test_a_late_outcome_leaves_a_closed_delivery_alone() -> None:
     delivered, dead, pending = make_backlog(3)
-    Delivery.objects.filter(pk=dead.pk).update(status=Delivery.DEAD)
+    Delivery.objects.filter(pk=dead.pk).update(status=Delivery.Status.DEAD)
     loaded = load_many([delivered.pk, dead.pk, pending.pk])
-    records.record_many([_sent(loaded[delivered.pk], OK, Decision(DELIVERED, 0.0, "", False))])
+    records.record_many(
+        [_sent(loaded[delivered.pk], OK, Decision(Action.DELIVERED, 0.0, "", False))]
+    )
 
-    retry = Decision(RETRY, 30.0, "HTTP 503", True)
+    retry = Decision(Action.RETRY, 30.0, "HTTP 503", True)
     late = [_sent(loaded[pk], UNAVAILABLE, retry) for pk in (delivered.pk, dead.pk, pending.pk)]
     records.record_many(late)  # stale copies: each was loaded while still pending
 
     rows = {d.pk: d for d in Delivery.objects.all()}
-    assert rows[delivered.pk].status == Delivery.DELIVERED
+    assert rows[delivered.pk].status == Delivery.Status.DELIVERED
     assert rows[delivered.pk].attempts == 1
-    assert rows[dead.pk].status == Delivery.DEAD
-    assert rows[pending.pk].status == Delivery.RETRY_SCHEDULED
+    assert rows[dead.pk].status == Delivery.Status.DEAD
+    assert rows[pending.pk].status == Delivery.Status.RETRY_SCHEDULED
     assert rows[pending.pk].attempts == 1
     assert Attempt.objects.count() == 4  # every request is on record, late or not
 
@@ -51,8 +53,10 @@ def test_recording_finds_rows_by_primary_key_only_with_stale_statistics() -> Non
     group recorded (half the delivery throughput in bench/delivery.py)."""
     backlog = make_backlog(3000)
     loaded = load_many([d.pk for d in backlog[:8]])
-    group = [_sent(d, OK, Decision(DELIVERED, 0.0, "", False)) for d in loaded.values()]
-    group[-1] = _sent(group[-1].delivery, UNAVAILABLE, Decision(RETRY, 30.0, "HTTP 503", True))
+    group = [_sent(d, OK, Decision(Action.DELIVERED, 0.0, "", False)) for d in loaded.values()]
+    group[-1] = _sent(
+        group[-1].delivery, UNAVAILABLE, Decision(Action.RETRY, 30.0, "HTTP 503", True)
+    )
     with CaptureQueriesContext(connection) as captured:
         records.record_many(group)
     updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]

@@ -122,8 +122,8 @@ def test_dead_letters_and_waiting_retries_are_counted_not_called_lost(operator, 
     for i in range(4):
         publish(tenant, "orders/create", {"i": i})
     ids = list(Delivery.objects.order_by("id").values_list("id", flat=True))
-    Delivery.objects.filter(id__in=ids[:3]).update(status=Delivery.DEAD)
-    Delivery.objects.filter(id__in=ids[3:]).update(status=Delivery.RETRY_SCHEDULED)
+    Delivery.objects.filter(id__in=ids[:3]).update(status=Delivery.Status.DEAD)
+    Delivery.objects.filter(id__in=ids[3:]).update(status=Delivery.Status.RETRY_SCHEDULED)
     later.clear()  # nothing queued now: three dead, one retry due later
 
     data = operator.get(reverse("tenants:status", args=[tenant.key])).json()

@@ -41,7 +41,7 @@ def test_worker_registers_in_rq_and_delivers(workers, redis_conn) -> None:
             publish(tenant, "x", {"i": i})
         process = workers()
         receiver.wait_for(10, timeout=30)
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 10}, timeout=10)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 10}, timeout=10)
         assert wait_until(lambda: len(Worker.all(connection=redis_conn)) == 1)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
@@ -59,7 +59,7 @@ def test_killed_worker_its_delivery_comes_back_with_the_same_webhook_id(workers)
         victim.wait(10)
         killed_at = time.monotonic()
         workers()
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 1}, timeout=60)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 1}, timeout=60)
         recovered_in = time.monotonic() - killed_at
         ids = {request.headers["webhook-id"] for request in receiver.requests}
     assert ids == {accepted.event.id}
@@ -76,7 +76,7 @@ def test_sigterm_finishes_the_delivery_in_flight_then_exits(workers) -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
         assert len(receiver.requests) == 1
-    assert statuses() == {Delivery.DELIVERED: 1}
+    assert statuses() == {Delivery.Status.DELIVERED: 1}
     assert get_scheduler().snapshot().in_flight == 0
 
 
@@ -89,7 +89,7 @@ def test_schedule_lost_in_redis_is_rebuilt_from_the_database(workers, redis_conn
         redis_conn.flushdb()  # as a Redis restart without persistence would
         workers(MAINTENANCE_INTERVAL_SECONDS="1")
         receiver.wait_for(5, timeout=30)
-        assert wait_until(lambda: statuses() == {Delivery.DELIVERED: 5}, timeout=10)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 5}, timeout=10)
 
 
 def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:

@@ -177,7 +177,8 @@ def test_tenant_dashboard_and_admin_overview_update_live_during_a_flood(
     # Everything still gets delivered: the dashboards only watched.
     total = FLOOD_A + FLOOD_B + QUIET
     assert wait_until(
-        lambda: Delivery.objects.filter(status=Delivery.DELIVERED).count() == total, timeout=120
+        lambda: Delivery.objects.filter(status=Delivery.Status.DELIVERED).count() == total,
+        timeout=120,
     )
     arrivals = flood.receiver.requests
     quiet = [r.arrived_at for r in arrivals if flood.quiet.key in r.path]
