@@ -14,8 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 import redis
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import BadRequest, PermissionDenied
+from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -257,17 +259,49 @@ def _back(request: HttpRequest) -> HttpResponseRedirect:
     return HttpResponseRedirect(target)
 
 
-def _need(request: HttpRequest, perm: str) -> None:
-    if not request.user.has_perm(perm):
-        raise PermissionDenied
+class Action(models.TextChoices):
+    PAUSE = "pause", "Pause delivery"
+    RESUME = "resume", "Resume delivery"
+    WEIGHT = "weight", "Set the weight"
+    REPLAY = "replay", "Replay dead letters"
+    REENABLE = "reenable", "Re-enable an endpoint"
 
 
-def _number(request: HttpRequest, name: str) -> int:
-    """A posted id or weight; anything else is a bad request, not a server error."""
-    try:
-        return int(request.POST.get(name, ""))
-    except ValueError as exc:
-        raise BadRequest(f"{name} must be a number") from exc
+# The permission each action needs: the same the admin's own pages ask for.
+PERMISSION = {
+    Action.PAUSE: "tenants.change_tenant",
+    Action.RESUME: "tenants.change_tenant",
+    Action.WEIGHT: "tenants.change_tenant",
+    Action.REPLAY: "delivery.change_delivery",
+    Action.REENABLE: "tenants.change_endpoint",
+}
+FALLBACK = "fallback"  # `tenant` for the fallback lane's dead letters
+
+
+class ActionForm(forms.Form):
+    """One posted action; which fields it needs depends on the action."""
+
+    action = forms.ChoiceField(choices=Action.choices)
+    tenant = forms.CharField(required=False)  # a tenant's id, or FALLBACK for replay
+    endpoint = forms.IntegerField(required=False)
+    weight = forms.IntegerField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        action = data.get("action")
+        if action == Action.REENABLE:
+            if data.get("endpoint") is None:
+                self.add_error("endpoint", "an endpoint's id is required")
+            return data
+        tenant = data.get("tenant", "")
+        if not (action == Action.REPLAY and tenant == FALLBACK):
+            if not tenant.isdigit():
+                self.add_error("tenant", "a tenant's id is required")
+            else:
+                data["tenant"] = int(tenant)
+        if action == Action.WEIGHT and data.get("weight") is None:
+            self.add_error("weight", "a weight is required")
+        return data
 
 
 @require_POST
@@ -275,42 +309,40 @@ def act(request: HttpRequest) -> HttpResponse:
     """pause, resume, weight, replay (a tenant's dead letters) or reenable (an endpoint).
     Saving the model is what tells the scheduler (delivery/signals.py), as in the admin."""
     action = request.POST.get("action", "")
-    if action == "reenable":
-        _need(request, "tenants.change_endpoint")
-        endpoint = get_object_or_404(Endpoint, pk=_number(request, "endpoint"))
+    if action not in Action.values:
+        messages.error(request, f"Unknown action {action!r}.")
+        return _back(request)
+    if not request.user.has_perm(PERMISSION[Action(action)]):
+        raise PermissionDenied
+    form = ActionForm(request.POST)
+    if not form.is_valid():  # a hand-made post, not the page's buttons
+        raise BadRequest("; ".join(f"{name}: {' '.join(e)}" for name, e in form.errors.items()))
+    data = form.cleaned_data
+    if action == Action.REENABLE:
+        endpoint = get_object_or_404(Endpoint, pk=data["endpoint"])
         released = endpoint.enable()
         messages.success(request, f"{endpoint} enabled; {released} held deliveries resumed.")
         return _back(request)
-    tenant_pk = request.POST.get("tenant", "")
-    if action == "replay":
-        _need(request, "delivery.change_delivery")
+    if action == Action.REPLAY:
         dead = Delivery.objects.filter(status=Delivery.Status.DEAD)
-        dead = (
-            dead.filter(tenant__isnull=True)
-            if tenant_pk == "fallback"
-            else dead.filter(tenant_id=get_object_or_404(Tenant, pk=_number(request, "tenant")).pk)
-        )
-        count = replay(dead)
-        messages.success(request, f"{count} dead deliveries put back in their lane.")
+        if data["tenant"] == FALLBACK:
+            dead = dead.filter(tenant__isnull=True)
+        else:
+            dead = dead.filter(tenant_id=get_object_or_404(Tenant, pk=data["tenant"]).pk)
+        messages.success(request, f"{replay(dead)} dead deliveries put back in their lane.")
         return _back(request)
-    _need(request, "tenants.change_tenant")
-    tenant = get_object_or_404(Tenant, pk=_number(request, "tenant"))
-    if action in ("pause", "resume"):
-        tenant.is_active = action == "resume"
+    tenant = get_object_or_404(Tenant, pk=data["tenant"])
+    if action in (Action.PAUSE, Action.RESUME):
+        tenant.is_active = action == Action.RESUME
         tenant.save(update_fields=["is_active"])
         messages.success(request, f"{tenant.key}: delivery {action}d.")
-    elif action == "weight":
-        weight = _number(request, "weight")
-        if weight not in dict(WEIGHT_CHOICES):
-            messages.error(
-                request, f"Weight must be one of {', '.join(map(str, dict(WEIGHT_CHOICES)))}."
-            )
-        else:
-            tenant.weight = weight
-            tenant.save(update_fields=["weight"])
-            messages.success(request, f"{tenant.key}: weight set to {weight}.")
+    elif data["weight"] not in dict(WEIGHT_CHOICES):
+        tiers = ", ".join(map(str, dict(WEIGHT_CHOICES)))
+        messages.error(request, f"Weight must be one of {tiers}.")
     else:
-        messages.error(request, f"Unknown action {action!r}.")
+        tenant.weight = data["weight"]
+        tenant.save(update_fields=["weight"])
+        messages.success(request, f"{tenant.key}: weight set to {tenant.weight}.")
     return _back(request)
 
 

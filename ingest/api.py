@@ -3,7 +3,7 @@
 One event: {"tenant", "event_type", "payload", "idempotency_key"?}. A batch:
 {"events": [...]} (at most PUBLISH_MAX_BATCH), stored in one transaction. Errors are
 JSON with the field to fix: 400 unreadable body, 401 token, 405 method, 413 too large,
-422 invalid.
+422 invalid, 503 when the database cannot store them (ingest.json_views).
 
 The body must be strict JSON (UTF-8, no NaN/Infinity, no number that overflows a float):
 payloads are re-serialized for delivery, and what we send must be JSON that any receiver
@@ -15,25 +15,17 @@ import math
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 
 from ingest.body import BodyError, read_limited
+from ingest.json_views import error, json_post_view
 from ingest.publish import PublishError, publish_batch, tenants_by_key, validate
 from webhooks.models import ApiToken, hash_token
 
 BEARER = "bearer "
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 _UTF8_BOM = b"\xef\xbb\xbf"
-
-
-def _error(status: int, message: str, field: str | None = None) -> JsonResponse:
-    body = {"error": message}
-    if field:
-        body["field"] = field
-    return JsonResponse(body, status=status)
 
 
 def authenticate(request: HttpRequest) -> ApiToken | None:
@@ -87,40 +79,27 @@ def parse_document(raw: bytes) -> object:
         raise ValueError("body is not valid JSON") from exc
 
 
-@csrf_exempt
+@json_post_view
 def publish_events(request: HttpRequest) -> HttpResponse:
-    if request.method != "POST":
-        response = _error(405, "only POST is accepted here")
-        response["Allow"] = "POST"
-        return response
-    try:
-        return _publish_events(request)
-    except DatabaseError:
-        response = _error(503, "temporarily unable to store events; retry later")
-        response["Retry-After"] = "5"
-        return response
-
-
-def _publish_events(request: HttpRequest) -> HttpResponse:
     token = authenticate(request)
     if token is None:
-        response = _error(401, "missing or invalid bearer token")
+        response = error(401, "missing or invalid bearer token")
         response["WWW-Authenticate"] = "Bearer"
         return response
     try:
         raw = read_limited(request, settings.INGEST_MAX_BODY_BYTES)
     except BodyError as exc:
-        return _error(exc.status, exc.message)
+        return error(exc.status, exc.message)
     try:
         document = parse_document(raw)
     except ValueError as exc:
-        return _error(400, str(exc))
+        return error(400, str(exc))
     is_batch = isinstance(document, dict) and "events" in document
     items = document["events"] if is_batch else [document]
     if is_batch and (not isinstance(items, list) or not items):
-        return _error(422, "expected a non-empty list", field="events")
+        return error(422, "expected a non-empty list", field="events")
     if len(items) > settings.PUBLISH_MAX_BATCH:
-        return _error(
+        return error(
             422, f"at most {settings.PUBLISH_MAX_BATCH} events per request", field="events"
         )
     tenants = tenants_by_key(items)
@@ -135,7 +114,7 @@ def _publish_events(request: HttpRequest) -> HttpResponse:
             for index, item in enumerate(items)
         ]
     except PublishError as exc:
-        return _error(422, exc.message, field=exc.field)
+        return error(422, exc.message, field=exc.field)
     accepted = publish_batch(requests)
     results = [
         {"id": one.event.id, "deliveries": one.deliveries, "duplicate": not one.created}

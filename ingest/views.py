@@ -13,9 +13,7 @@ import time
 
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation, ValidationError
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from core.signatures import (
     SignatureError,
@@ -26,6 +24,7 @@ from core.signatures import (
 from ingest import providers
 from ingest.accept import accept, load_source, resolve_tenant
 from ingest.body import BodyError, check_content_encoding, parse_body, read_limited
+from ingest.json_views import error, json_post_view
 from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
 from webhooks.models import Source
 
@@ -39,10 +38,6 @@ _last_warned: dict[tuple[int, str], float] = {}
 
 class SourceMisconfigured(Exception):
     """The source cannot verify anything as configured; the operator must fix it."""
-
-
-def _error(status: int, message: str, **extra: object) -> JsonResponse:
-    return JsonResponse({"error": message, **extra}, status=status)
 
 
 def _warn_once_a_minute(source: Source, problem: str) -> None:
@@ -125,39 +120,25 @@ def _stored_headers(request: HttpRequest) -> dict[str, str]:
     return stored
 
 
-@csrf_exempt
+@json_post_view
 def ingest(request: HttpRequest, slug: str, path: str = "") -> HttpResponse:
-    if request.method != "POST":
-        response = _error(405, "only POST is accepted here")
-        response["Allow"] = "POST"
-        return response
-    try:
-        return _ingest(request, slug, path)
-    except DatabaseError:
-        logger.exception("database unavailable during ingest of %s", slug)
-        response = _error(503, "temporarily unable to store events; retry later")
-        response["Retry-After"] = "5"
-        return response
-
-
-def _ingest(request: HttpRequest, slug: str, path: str) -> HttpResponse:
     source, active_secrets = load_source(slug)
     if source is None:
-        return _error(404, f"no active source named {slug!r}")
+        return error(404, f"no active source named {slug!r}")
     try:
         check_content_encoding(request)
         raw = read_limited(request, settings.INGEST_MAX_BODY_BYTES)
     except BodyError as exc:
-        return _error(exc.status, exc.message)
+        return error(exc.status, exc.message)
     try:
         config = verification_config(source, active_secrets)
     except SourceMisconfigured as exc:
         _warn_once_a_minute(source, str(exc))
-        return _error(401, f"source misconfigured: {exc}; the operator has to fix it")
+        return error(401, f"source misconfigured: {exc}; the operator has to fix it")
     try:
         verify_request(config, request.headers, raw, time.time())
     except SignatureError as exc:
-        return _error(401, f"signature verification failed: {exc}")
+        return error(401, f"signature verification failed: {exc}")
 
     content_type = request.headers.get("Content-Type", "")
     parsed = parse_body(raw, content_type)
