@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 
+from django.contrib.humanize.templatetags.humanize import intcomma, intword
+from django.template.defaultfilters import pluralize
+
 from delivery.scheduler import EndpointRow, Snapshot
 
 
@@ -448,18 +451,14 @@ def _clears_phrase(
 
 
 def human_count(n: float) -> str:
-    """2,140,000 -> "2.1 million"; 14,230 -> "14,230"; 7 -> "7"."""
+    """2,140,000 -> "2.1 million"; 14,230 -> "14,230"; 7 -> "7" (django.contrib.humanize)."""
     n = round(n)
-    if abs(n) >= 1_000_000_000:
-        return f"{n / 1_000_000_000:.1f} billion".replace(".0 ", " ")
-    if abs(n) >= 1_000_000:
-        return f"{n / 1_000_000:.1f} million".replace(".0 ", " ")
-    return f"{n:,}"
+    return str(intword(n)) if abs(n) >= 1_000_000 else intcomma(n)
 
 
 def count_phrase(n: float, noun: str) -> str:
     """ "1 event", "2.1 million events"."""
-    return f"{human_count(n)} {noun}{'' if round(n) == 1 else 's'}"
+    return f"{human_count(n)} {noun}{pluralize(round(n))}"
 
 
 def _two_significant(x: float) -> float:

@@ -240,7 +240,14 @@ def test_share_of_a_tenant_without_backlog_is_what_it_would_get_on_arrival() -> 
 
 @pytest.mark.parametrize(
     ("n", "text"),
-    [(0, "0"), (7, "7"), (14_230, "14,230"), (1_000_000, "1 million"), (2_140_000, "2.1 million")],
+    [
+        (0, "0"),
+        (7, "7"),
+        (14_230, "14,230"),
+        (1_000_000, "1.0 million"),
+        (2_140_000, "2.1 million"),
+        (3_400_000_000, "3.4 billion"),
+    ],
 )
 def test_human_count(n: int, text: str) -> None:
     assert pacing.human_count(n) == text
