@@ -12,7 +12,7 @@ from django.conf import settings
 
 from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
-from tests.test_scheduler import assert_no_tenant_keys, check_invariants
+from tests.scheduler_helpers import assert_no_tenant_keys, check_invariants
 
 PRODUCERS, CONSUMERS = 2, 3
 PER_PRODUCER, BATCH = 1500, 25

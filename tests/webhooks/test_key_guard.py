@@ -11,7 +11,7 @@ from delivery.enqueueing import reset_scheduler
 from tenants.models import Tenant
 from tests import signing
 from tests.factories import make_endpoint, make_source, make_tenant
-from tests.test_metrics import scrape, value
+from tests.metrics_helpers import scrape, value
 from webhooks import key_hygiene
 from webhooks.models import Event, Source
 

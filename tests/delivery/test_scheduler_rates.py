@@ -14,7 +14,13 @@ import pytest
 
 from core.ids import new_ulid
 from delivery.scheduler import Item, Lease, Scheduler
-from tests.test_scheduler import T0, FakeClock, assert_no_tenant_keys, batch, check_invariants
+from tests.scheduler_helpers import (
+    T0,
+    FakeClock,
+    assert_no_tenant_keys,
+    batch,
+    check_invariants,
+)
 
 WIDE = 1000  # a cap that never binds: these tests are about rates
 

@@ -7,35 +7,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from core.ids import new_ulid
 from delivery.enqueueing import get_scheduler
 from delivery.scheduler import Item
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_source, make_tenant
+from tests.metrics_helpers import scrape, value
 from webhooks.models import Source
 
 pytestmark = pytest.mark.django_db
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"
-
-
-def scrape(client, **headers) -> dict[str, list]:
-    response = client.get("/metrics", **headers)
-    assert response.status_code == 200
-    samples: dict[str, list] = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def value(samples: dict[str, list], name: str, **labels: str) -> float:
-    matching = [
-        s.value for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(matching) == 1, (name, labels, samples.get(name))
-    return matching[0]
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
 
 def test_scrape_shows_the_scheduler_after_a_known_scenario(client) -> None:

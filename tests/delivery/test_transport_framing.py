@@ -28,7 +28,7 @@ from tests.http_receivers import (
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 SLACK = 0.5  # how far past a deadline a cut-off request may finish on a busy 2-core box
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

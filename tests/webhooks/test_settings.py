@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from core.env import env_bool, env_float_list, env_int, env_list
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_check(**env: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 
 from simulation.report import FIGURES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workers", "1", "--slots", "8", "--timeout", "60"]
 
 

@@ -30,7 +30,7 @@ from webhooks.models import Event, Source
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "gen-secret"
 SHOP = "shop-1"
 BIG_KEY = "123456789012345678901234567890"

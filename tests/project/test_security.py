@@ -18,7 +18,7 @@ from tests import signing
 from tests.factories import make_endpoint, make_source, make_tenant
 from webhooks.models import ApiToken, Source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.django_db

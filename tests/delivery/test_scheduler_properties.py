@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
-from tests.test_scheduler import FakeClock, assert_no_tenant_keys, check_invariants
+from tests.scheduler_helpers import FakeClock, assert_no_tenant_keys, check_invariants
 
 TENANTS = (1, 2, 3, None)
 ENDPOINTS = (1, 2, 3)
