@@ -419,7 +419,7 @@ def rq_job_deliver(delivery_id: str) -> None:
 
 def setup_django(database_url: str, redis_url: str, workdir: Path) -> None:
     os.environ.update(
-        DJANGO_SETTINGS_MODULE="webhooks.settings",
+        DJANGO_SETTINGS_MODULE="project.settings",
         DATABASE_URL=database_url,
         REDIS_URL=redis_url,
         VAR_DIR=str(workdir / "var"),

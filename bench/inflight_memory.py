@@ -109,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000)
     opts = parser.parse_args()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webhooks.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import resource
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

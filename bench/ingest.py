@@ -15,7 +15,7 @@ What it does:
    delivery workers do (--no-hold-db to measure without: see docs/BENCHMARKS.md).
 2. The Redis database --redis-url (default db 14) is flushed, only if it is empty or was
    last used by this script (a marker key says so).
-3. gunicorn: `gunicorn webhooks.wsgi -k gthread -w W --threads N -b 127.0.0.1:PORT`.
+3. gunicorn: `gunicorn project.wsgi -k gthread -w W --threads N -b 127.0.0.1:PORT`.
    No delivery worker runs: deliveries wait in Redis; this measures the ingest side.
 4. (a) single events, open loop: for each offered rate R, signed Shopify-style POSTs are
    scheduled at fixed times (i / R) for D seconds by P client processes x C threads,
@@ -109,7 +109,7 @@ print(json.dumps({"token": ApiToken.issue("bench")[1]}))
 def base_env(database_url: str, redis_url: str, workdir: Path) -> dict:
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "webhooks.settings",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
         "VAR_DIR": str(workdir / "var"),
@@ -144,7 +144,7 @@ def start_server(opts, env: dict, workdir: Path) -> tuple[subprocess.Popen, int]
         sys.executable,
         "-m",
         "gunicorn",
-        "webhooks.wsgi",
+        "project.wsgi",
         "-k",
         "gthread",
         "-w",

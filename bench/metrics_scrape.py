@@ -35,7 +35,7 @@ def main() -> None:
         REDIS_URL=args.redis_url,
         DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",
         VAR_DIR=tmp,
-        DJANGO_SETTINGS_MODULE="webhooks.settings",
+        DJANGO_SETTINGS_MODULE="project.settings",
         LOG_LEVEL="WARNING",
     )
     import django

@@ -27,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-validation-")
     os.environ.update(
-        DJANGO_SETTINGS_MODULE="webhooks.settings",
+        DJANGO_SETTINGS_MODULE="project.settings",
         DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",
         VAR_DIR=tmp,
         REDIS_URL="redis://127.0.0.1:6379/15",  # never used: no signal fires here

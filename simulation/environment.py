@@ -124,7 +124,7 @@ def child_env(database_url: str, redis_url: str, workdir: Path, **extra: str) ->
     a var dir of its own (no embedded Redis, no secret written into the repository)."""
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "webhooks.settings",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
         "VAR_DIR": str(workdir / "var"),

@@ -6,7 +6,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 import redis
 
-from webhooks import launch
+from project import launch
 
 # Databases 13 and 14 are left to the benchmarks. Each pytest session takes the first
 # candidate no other live session holds, so concurrent runs never flush each other.

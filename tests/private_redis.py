@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis
 
-from webhooks.embedded_redis import find_redis_server
+from project.embedded_redis import find_redis_server
 
 
 def free_port() -> int:

@@ -499,7 +499,7 @@ _SLOW_DNS_CHILD = textwrap.dedent(
     import json, socket, sys, threading, time
     sys.path.insert(0, sys.argv[1])
     import django, os
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webhooks.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     from delivery import transport
 
     queries = []

@@ -435,7 +435,7 @@ def server(django_db_setup, django_db_blocker):
     }
     process = subprocess.Popen(
         [
-            *(sys.executable, "-c", _LAUNCHER, "webhooks.wsgi", "-k", "gthread", "-w", "1"),
+            *(sys.executable, "-c", _LAUNCHER, "project.wsgi", "-k", "gthread", "-w", "1"),
             *("--threads", "4", "-b", f"127.0.0.1:{port}", "--log-level", "warning"),
         ],
         cwd=ROOT,

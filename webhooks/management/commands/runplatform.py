@@ -80,4 +80,4 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 child.kill()
         # The embedded Redis, if this command's process started it, is stopped by
-        # manage.py (webhooks.launch) as it exits.
+        # manage.py (project.launch) as it exits.

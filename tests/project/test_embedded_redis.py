@@ -4,7 +4,7 @@ from pathlib import Path
 
 import redis
 
-from webhooks import embedded_redis
+from project import embedded_redis
 
 
 def test_embedded_redis_starts_answers_and_stops(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 It listens on a unix socket under var/ (no TCP port, so it can never clash with
 or be reached like a shared Redis), keeps nothing on disk, and is shared by every
 process of the checkout. Importing settings never starts it: a process entry point does
-(`webhooks.launch`: manage.py, the WSGI module, the test session), and the one that
+(`project.launch`: manage.py, the WSGI module, the test session), and the one that
 started it stops it when it exits.
 """
 

@@ -20,10 +20,10 @@ from core.env import (
     env_str,
     secret_from_file_or_env,
 )
-from webhooks import embedded_redis, launch
+from project import embedded_redis, launch
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-# Nothing here writes or starts anything: webhooks.launch makes VAR_DIR, the development
+# Nothing here writes or starts anything: project.launch makes VAR_DIR, the development
 # secret key and the embedded Redis, from the process entry points.
 VAR_DIR = launch.var_dir()  # one reading of VAR_DIR for settings and the set-up alike
 
@@ -31,7 +31,7 @@ DEBUG = env_bool("DEBUG", False)
 
 
 def _development_secret_key() -> str:
-    """The one webhooks.launch generated into var/ (sessions survive restarts); a key for
+    """The one project.launch generated into var/ (sessions survive restarts); a key for
     this process alone if there is none yet. Production sets SECRET_KEY."""
     path = VAR_DIR / "secret_key"
     try:
@@ -75,7 +75,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "project.urls"
-WSGI_APPLICATION = "webhooks.wsgi.application"
+WSGI_APPLICATION = "project.wsgi.application"
 
 TEMPLATES = [
     {
@@ -124,7 +124,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "")
 EMBEDDED_REDIS = not REDIS_URL
 if EMBEDDED_REDIS:
-    # Its address only: webhooks.launch starts it (see docs/ARCHITECTURE.md).
+    # Its address only: project.launch starts it (see docs/ARCHITECTURE.md).
     REDIS_URL = embedded_redis.socket_url(embedded_redis.socket_for(VAR_DIR / "redis"))
 elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(

@@ -104,7 +104,7 @@ def test_secret_file_wins_over_plain_variable(
 def test_setting_up_django_starts_no_process_and_writes_no_file(tmp_path) -> None:
     var_dir = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SECRET_KEY")}
-    env.update(VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="webhooks.settings")
+    env.update(VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="project.settings")
     env.pop("DATABASE_URL", None)
     code = (
         "import django; django.setup(); from django.conf import settings;"
@@ -119,7 +119,7 @@ def test_setting_up_django_starts_no_process_and_writes_no_file(tmp_path) -> Non
 
 
 def test_manage_py_starts_the_embedded_redis_and_stops_what_it_started(tmp_path) -> None:
-    from webhooks import embedded_redis
+    from project import embedded_redis
 
     var_dir = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SECRET_KEY")}

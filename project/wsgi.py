@@ -11,9 +11,9 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from webhooks import launch
+from project import launch
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webhooks.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 # A web server left to its own devices (no REDIS_URL) starts the embedded Redis and leaves
 # it running for the worker processes beside it; production sets REDIS_URL.
 launch.prepare_files()

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from webhooks import embedded_redis
+from project import embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
