@@ -32,16 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def session() -> Iterator[transport.Transport]:
-    session = transport.Transport(allow_private=True, max_idle_handles=4)
-    yield session
-    session.clear()
+def pool() -> Iterator[transport.Transport]:
+    pool = transport.Transport(allow_private=True, max_idle_handles=4)
+    yield pool
+    pool.clear()
 
 
 def post(
-    session: transport.Transport, url: str, cap: int = 1000, total: float = 3.0, **headers: str
+    pool: transport.Transport, url: str, cap: int = 1000, total: float = 3.0, **headers: str
 ) -> transport.HttpResult:
-    return session.post(
+    return pool.post(
         url,
         b"{}",
         headers,
@@ -51,21 +51,21 @@ def post(
     )
 
 
-def twice(session: transport.Transport, answer: bytes, cap: int = 1000):
+def twice(pool: transport.Transport, answer: bytes, cap: int = 1000):
     """Post twice to a server giving `answer` first, then OK: the results, and how many
     connections the two requests took."""
     with ScriptedServer(answer, OK) as server:
-        results = [post(session, server.url, cap), post(session, server.url, cap)]
+        results = [post(pool, server.url, cap), post(pool, server.url, cap)]
         connections = len(server.connections)
     return results, connections
 
 
-def test_a_chunked_body_is_decoded_and_its_connection_reused(session):
+def test_a_chunked_body_is_decoded_and_its_connection_reused(pool):
     answer = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: yes\r\n\r\n"
     )
-    (first, second), connections = twice(session, answer)
+    (first, second), connections = twice(pool, answer)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (
         200,
         "",
@@ -75,63 +75,63 @@ def test_a_chunked_body_is_decoded_and_its_connection_reused(session):
     assert connections == 1
 
 
-def test_a_chunked_body_past_the_cap_is_cut_and_its_connection_closed(session):
+def test_a_chunked_body_past_the_cap_is_cut_and_its_connection_closed(pool):
     answer = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n4\r\nefgh\r\n0\r\n\r\n"
     )
-    (first, second), connections = twice(session, answer, cap=6)
+    (first, second), connections = twice(pool, answer, cap=6)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "abcdef")
     assert second.status_code == 200
     assert connections == 2
 
 
-def test_a_body_exactly_at_the_cap_is_whole_and_its_connection_reused(session):
-    (first, _), connections = twice(session, OK, cap=2)
+def test_a_body_exactly_at_the_cap_is_whole_and_its_connection_reused(pool):
+    (first, _), connections = twice(pool, OK, cap=2)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "ok")
     assert connections == 1
 
 
-def test_interim_responses_are_skipped_and_their_headers_not_taken(session):
+def test_interim_responses_are_skipped_and_their_headers_not_taken(pool):
     answer = (
         b"HTTP/1.1 100 Continue\r\nRetry-After: 999\r\n\r\n"
         b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
         b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nbusy"
     )
-    (first, _), connections = twice(session, answer)
+    (first, _), connections = twice(pool, answer)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (503, "", "busy")
     assert first.retry_after_seconds == 7.0
     assert connections == 1
 
 
-def test_bare_line_feeds_are_read_like_crlf(session):
-    (first, _), _ = twice(session, b"HTTP/1.1 201 Created\nContent-Length: 3\n\nyes")
+def test_bare_line_feeds_are_read_like_crlf(pool):
+    (first, _), _ = twice(pool, b"HTTP/1.1 201 Created\nContent-Length: 3\n\nyes")
     assert (first.status_code, first.error_kind, first.response_excerpt) == (201, "", "yes")
 
 
-def test_a_bare_lf_head_in_one_write_leaves_crlfs_in_the_body_alone(session):
-    (first, _), _ = twice(session, b"HTTP/1.1 200 OK\nContent-Length: 6\n\nab\r\n\r\n")
+def test_a_bare_lf_head_in_one_write_leaves_crlfs_in_the_body_alone(pool):
+    (first, _), _ = twice(pool, b"HTTP/1.1 200 OK\nContent-Length: 6\n\nab\r\n\r\n")
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "ab\r\n\r\n")
 
 
-def test_a_space_before_a_header_colon_is_tolerated(session):
+def test_a_space_before_a_header_colon_is_tolerated(pool):
     answer = b"HTTP/1.1 200 OK\r\nContent-Type : text/plain; charset=latin-1\r\nContent-Length: 4\r\n\r\ncaf\xe9"
-    (first, second), connections = twice(session, answer)
+    (first, second), connections = twice(pool, answer)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "café")
     assert (second.status_code, connections) == (200, 1)
 
 
-def test_a_header_line_without_a_colon_is_a_malformed_response(session):
+def test_a_header_line_without_a_colon_is_a_malformed_response(pool):
     # libcurl refuses it ("Header without colon"); we keep that: such a head cannot be
     # trusted to frame the body, and the old client refused it too.
     answer = b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nok"
-    (first, second), connections = twice(session, answer)
+    (first, second), connections = twice(pool, answer)
     assert (first.status_code, first.error_kind) == (None, transport.CONNECTION)
     assert first.error == "invalid HTTP response: Header without colon"
     assert (second.status_code, connections) == (200, 2)
 
 
-def test_no_content_has_no_body_and_keeps_the_connection(session):
-    (first, second), connections = twice(session, b"HTTP/1.1 204 No Content\r\n\r\n")
+def test_no_content_has_no_body_and_keeps_the_connection(pool):
+    (first, second), connections = twice(pool, b"HTTP/1.1 204 No Content\r\n\r\n")
     assert (first.status_code, first.error_kind, first.response_excerpt) == (204, "", "")
     assert (second.status_code, connections) == (200, 1)
 
@@ -148,28 +148,28 @@ def test_no_content_has_no_body_and_keeps_the_connection(session):
     ],
     ids=["connection-close", "http-1.0", "extra-bytes", "two-responses"],
 )
-def test_a_connection_is_not_reused_after_an_unplainly_framed_response(session, answer):
-    (first, second), connections = twice(session, answer)
+def test_a_connection_is_not_reused_after_an_unplainly_framed_response(pool, answer):
+    (first, second), connections = twice(pool, answer)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "ok")
     assert (second.status_code, second.response_excerpt) == (200, "ok")
     assert connections == 2
 
 
-def test_both_framings_at_once_read_as_chunked(session):
+def test_both_framings_at_once_read_as_chunked(pool):
     # libcurl follows RFC 9112: Transfer-Encoding wins over Content-Length. Unlike the
     # old client it may then reuse the connection (docs/ARCHITECTURE.md).
     answer = (
         b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"2\r\nok\r\n0\r\n\r\n"
     )
-    (first, second), _ = twice(session, answer)
+    (first, second), _ = twice(pool, answer)
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "ok")
     assert (second.status_code, second.response_excerpt) == (200, "ok")
 
 
-def test_a_body_read_until_close_is_complete_at_the_close(session):
+def test_a_body_read_until_close_is_complete_at_the_close(pool):
     with ScriptedServer(b"HTTP/1.1 200 OK\r\n\r\nuntil the end", close_after=True) as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
     assert (result.status_code, result.error_kind, result.response_excerpt) == (
         200,
         "",
@@ -224,33 +224,33 @@ def test_a_body_read_until_close_is_complete_at_the_close(session):
         "garbage",
     ],
 )
-def test_a_malformed_response_is_a_connection_failure(session, answer, status, error):
+def test_a_malformed_response_is_a_connection_failure(pool, answer, status, error):
     with ScriptedServer(answer) as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
     assert (result.status_code, result.error_kind) == (status, transport.CONNECTION)
     assert result.error.startswith(error)
 
 
-def test_a_body_cut_short_by_the_close_keeps_what_arrived(session):
+def test_a_body_cut_short_by_the_close_keeps_what_arrived(pool):
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"
     with ScriptedServer(answer, close_after=True) as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
     assert (result.status_code, result.error_kind) == (200, transport.CONNECTION)
     assert result.error == "connection failed: the endpoint closed the connection mid-body"
     assert result.response_excerpt == "half"
 
 
-def test_a_close_in_the_middle_of_the_head_is_no_response(session):
+def test_a_close_in_the_middle_of_the_head_is_no_response(pool):
     # libcurl itself would call this a complete response without a body.
     with ScriptedServer(b"HTTP/1.1 200 OK\r\nContent-Le", close_after=True) as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
     assert (result.status_code, result.error_kind) == (None, transport.CONNECTION)
     assert result.error == "connection failed: the endpoint closed the connection mid-response"
 
 
-def test_a_close_without_a_word_is_no_response(session):
+def test_a_close_without_a_word_is_no_response(pool):
     with DroppingServer() as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
         server.wait_closed()
     assert (result.status_code, result.error_kind) == (None, transport.CONNECTION)
     assert (
@@ -259,35 +259,35 @@ def test_a_close_without_a_word_is_no_response(session):
     assert len(server.connections) == 1  # a fresh connection's failure is never retried
 
 
-def test_an_idle_connection_the_endpoint_closed_is_not_a_failure(session):
+def test_an_idle_connection_the_endpoint_closed_is_not_a_failure(pool):
     # The endpoint keeps no idle connections (closes after each answer, without saying so):
     # libcurl sees the kept connection is dead, and the second request goes on a new one.
     with ScriptedServer(OK, close_after=True) as server:
-        first = post(session, server.url)
+        first = post(pool, server.url)
         server.wait_closed()
-        second = post(session, server.url)
+        second = post(pool, server.url)
         connections = len(server.connections)
     assert (first.status_code, second.status_code, second.error_kind) == (200, 200, "")
     assert connections == 2
 
 
-def test_a_request_dropped_on_a_kept_connection_is_sent_again_once(session):
+def test_a_request_dropped_on_a_kept_connection_is_sent_again_once(pool):
     """libcurl's own rule, which we cannot turn off: a request on a reused connection
     that dies before any byte of answer (the endpoint's idle timeout racing the request)
     goes again on a new connection. So the endpoint may see it twice; receivers drop
     duplicates by webhook-id. On a new connection nothing is resent (DroppingServer)."""
     with ScriptedServer(OK, None, OK) as server:
-        first = post(session, server.url)
-        second = post(session, server.url)
+        first = post(pool, server.url)
+        second = post(pool, server.url)
         heads, connections = len(server.heads), len(server.connections)
     assert (first.status_code, second.status_code, second.error_kind) == (200, 200, "")
     assert (heads, connections) == (3, 2)
 
 
-def test_a_server_that_never_answers_is_cut_at_the_deadline(session):
+def test_a_server_that_never_answers_is_cut_at_the_deadline(pool):
     with HangingServer() as server:
         started = time.monotonic()
-        result = post(session, server.url, total=0.5)
+        result = post(pool, server.url, total=0.5)
         elapsed = time.monotonic() - started
         connection = server.wait_closed()
     assert (result.status_code, result.error_kind) == (None, transport.DEADLINE)
@@ -297,27 +297,27 @@ def test_a_server_that_never_answers_is_cut_at_the_deadline(session):
 
 
 @pytest.mark.parametrize("phase", ["headers", "body"])
-def test_a_trickle_is_cut_at_the_deadline(session, phase):
+def test_a_trickle_is_cut_at_the_deadline(pool, phase):
     with TricklingServer(phase) as server:
         started = time.monotonic()
-        result = post(session, server.url, total=0.5)
+        result = post(pool, server.url, total=0.5)
         elapsed = time.monotonic() - started
     assert result.error_kind == transport.DEADLINE
     assert result.status_code == (200 if phase == "body" else None)
     assert 0.5 <= elapsed < 0.5 + SLACK
 
 
-def test_an_oversized_body_is_cut_at_the_cap_and_not_reused(session):
+def test_an_oversized_body_is_cut_at_the_cap_and_not_reused(pool):
     (first, second), connections = twice(
-        session, b"HTTP/1.1 200 OK\r\nContent-Length: 300000\r\n\r\n" + b"z" * 300_000, cap=100
+        pool, b"HTTP/1.1 200 OK\r\nContent-Length: 300000\r\n\r\n" + b"z" * 300_000, cap=100
     )
     assert (first.status_code, first.error_kind, first.response_excerpt) == (200, "", "z" * 100)
     assert (second.status_code, connections) == (200, 2)
 
 
-def test_the_request_is_well_formed_on_the_wire(session):
+def test_the_request_is_well_formed_on_the_wire(pool):
     with ScriptedServer(OK) as server:
-        post(session, server.url.rstrip("/") + "/hook/café?q=a b&x=1#fragment", **{"X-Id": "7"})
+        post(pool, server.url.rstrip("/") + "/hook/café?q=a b&x=1#fragment", **{"X-Id": "7"})
         [head] = server.heads
     lines = head.decode("latin-1").split("\r\n")
     assert lines[0] == "POST /hook/caf%C3%A9?q=a%20b&x=1 HTTP/1.1"
@@ -326,10 +326,10 @@ def test_the_request_is_well_formed_on_the_wire(session):
     assert set(lines[2:]) == {"Accept-Encoding: identity", "X-Id: 7", "Content-Length: 2"}
 
 
-def test_a_large_body_goes_without_expect_100_continue(session):
+def test_a_large_body_goes_without_expect_100_continue(pool):
     body = b"x" * 2_000_000
     with Recorder() as endpoint:
-        result = session.post(
+        result = pool.post(
             endpoint.url,
             body,
             {"Content-Type": "application/json"},
@@ -344,10 +344,10 @@ def test_a_large_body_goes_without_expect_100_continue(session):
     assert request.headers["Content-Type"] == "application/json"
 
 
-def test_header_values_beyond_latin_1_are_sent_as_utf_8(session):
+def test_header_values_beyond_latin_1_are_sent_as_utf_8(pool):
     headers = {"webhook-event-type": "注文.作成", "X-Latin": "café", "X-Empty": ""}
     with ScriptedServer(OK) as server:
-        result = post(session, server.url, **headers)
+        result = post(pool, server.url, **headers)
         [head] = server.heads
     assert result.status_code == 200
     lines = head.split(b"\r\n")
@@ -356,9 +356,9 @@ def test_header_values_beyond_latin_1_are_sent_as_utf_8(session):
     assert b"X-Empty:" in lines
 
 
-def test_a_caller_header_replaces_the_default(session):
+def test_a_caller_header_replaces_the_default(pool):
     with ScriptedServer(OK) as server:
-        post(session, server.url, **{"Accept-Encoding": "gzip", "Accept": "text/plain"})
+        post(pool, server.url, **{"Accept-Encoding": "gzip", "Accept": "text/plain"})
         [head] = server.heads
     lines = head.split(b"\r\n")
     assert b"Accept-Encoding: gzip" in lines
@@ -366,12 +366,12 @@ def test_a_caller_header_replaces_the_default(session):
     assert b"Accept-Encoding: identity" not in lines
 
 
-def test_a_compressed_response_is_not_decompressed(session):
+def test_a_compressed_response_is_not_decompressed(pool):
     answer = (
         b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n\x1f\x8b\x08\x00"
     )
     with ScriptedServer(answer) as server:
-        result = post(session, server.url)
+        result = post(pool, server.url)
     assert (result.status_code, result.error_kind) == (200, "")
     assert result.response_excerpt == "\x1f\ufffd\x08\x00"
 
@@ -389,12 +389,12 @@ def test_a_compressed_response_is_not_decompressed(session):
         {"Transfer-Encoding": "chunked"},
     ],
 )
-def test_a_header_that_would_change_the_request_is_refused(session, headers):
+def test_a_header_that_would_change_the_request_is_refused(pool, headers):
     with Recorder() as endpoint:
         with pytest.raises(ValueError, match="header"):
-            post(session, endpoint.url, **headers)
+            post(pool, endpoint.url, **headers)
         with pytest.raises(ValueError, match="header"):
-            session.exchange(
+            pool.exchange(
                 endpoint.url,
                 b"",
                 headers,
@@ -402,7 +402,7 @@ def test_a_header_that_would_change_the_request_is_refused(session, headers):
                 total_timeout=1,
                 response_cap_bytes=10,
             )
-        assert post(session, endpoint.url).status_code == 200  # the only request sent
+        assert post(pool, endpoint.url).status_code == 200  # the only request sent
         assert len(endpoint.wait_for(1)) == 1
     assert len(endpoint.requests) == 1
 
@@ -415,9 +415,9 @@ def test_a_header_that_would_change_the_request_is_refused(session, headers):
         ("http://localhost:{port}/x#frag", "/x", "localhost:{port}"),
     ],
 )
-def test_urls_are_sent_as_meant(session, url, path, host):
+def test_urls_are_sent_as_meant(pool, url, path, host):
     with Recorder() as endpoint:
-        result = post(session, url.format(port=endpoint.port))
+        result = post(pool, url.format(port=endpoint.port))
         [request] = endpoint.wait_for(1)
     assert result.status_code == 200
     assert request.path == path
@@ -436,8 +436,8 @@ def test_urls_are_sent_as_meant(session, url, path, host):
         "http://[::1/",
     ],
 )
-def test_what_cannot_be_delivered_to_is_an_invalid_url_without_a_handle(session, url):
-    exchange = session.exchange(
+def test_what_cannot_be_delivered_to_is_an_invalid_url_without_a_handle(pool, url):
+    exchange = pool.exchange(
         url, b"", {}, connect_timeout=1, total_timeout=1, response_cap_bytes=10
     )
     assert exchange.handle is None
@@ -447,7 +447,7 @@ def test_what_cannot_be_delivered_to_is_an_invalid_url_without_a_handle(session,
         transport.INVALID_URL,
     )
     assert exchange.result.error.startswith("invalid URL: ")
-    session.release(exchange)  # harmless
+    pool.release(exchange)  # harmless
 
 
 @given(
@@ -466,12 +466,12 @@ def test_any_chunking_of_a_body_reads_back_as_the_body_up_to_the_cap(body, cuts,
     # Latin-1 decodes any bytes one to one, so the excerpt gives the raw body back.
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=latin-1\r\n"
     answer = head + b"Transfer-Encoding: chunked\r\n\r\n" + coded
-    session = transport.Transport(allow_private=True, max_idle_handles=1)
+    pool = transport.Transport(allow_private=True, max_idle_handles=1)
     with ScriptedServer(answer, OK) as server:
-        result = post(session, server.url, cap=cap)
-        again = post(session, server.url)
+        result = post(pool, server.url, cap=cap)
+        again = post(pool, server.url)
         connections = len(server.connections)
-    session.clear()
+    pool.clear()
     assert (result.status_code, result.error_kind) == (200, "")
     assert result.response_excerpt.encode("latin-1") == body[:cap]
     assert again.status_code == 200
@@ -481,15 +481,15 @@ def test_any_chunking_of_a_body_reads_back_as_the_body_up_to_the_cap(body, cuts,
 @given(garbage=st.binary(max_size=600), cap=st.integers(min_value=0, max_value=100))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_garbage_from_an_endpoint_only_ever_fails_as_a_bad_response(garbage, cap):
-    session = transport.Transport(allow_private=True, max_idle_handles=1)
+    pool = transport.Transport(allow_private=True, max_idle_handles=1)
     for answer in (garbage, b"HTTP/1.1 200 OK\r\n" + garbage):
         with ScriptedServer(answer, close_after=True) as server:
-            result = post(session, server.url, cap=cap)
+            result = post(pool, server.url, cap=cap)
         assert result.error_kind in ("", transport.CONNECTION)
         if result.error_kind == "":
             assert 200 <= result.status_code <= 999
             assert len(result.response_excerpt) <= cap  # utf-8 with replacement: <= 1 a byte
-    session.clear()
+    pool.clear()
 
 
 # -- a slow DNS server ------------------------------------------------------------------
@@ -517,17 +517,17 @@ _SLOW_DNS_CHILD = textwrap.dedent(
             threading.Thread(target=later, daemon=True).start()
 
     threading.Thread(target=answer_late, daemon=True).start()
-    session = transport.Transport(allow_private=True)
+    pool = transport.Transport(allow_private=True)
     started = time.monotonic()
-    result = session.post("http://slow-dns.fairhooks.test/", b"{}", {},
+    result = pool.post("http://slow-dns.fairhooks.test/", b"{}", {},
                           connect_timeout=1.0, total_timeout=1.0, response_cap_bytes=10)
     elapsed = time.monotonic() - started
     # The same handle again (a literal address: no DNS), then closing it: neither may
     # wait for the resolver thread still stuck on the slow server.
     started = time.monotonic()
-    session.post("http://127.0.0.1:9/", b"{}", {},
+    pool.post("http://127.0.0.1:9/", b"{}", {},
                  connect_timeout=1.0, total_timeout=1.0, response_cap_bytes=10)
-    session.clear()
+    pool.clear()
     after = time.monotonic() - started
     print(json.dumps({"elapsed": elapsed, "kind": result.error_kind, "error": result.error,
                       "queries": len(queries), "after": after}), flush=True)
