@@ -18,24 +18,24 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
+from core.bearer import bearer_token
 from ingest.body import BodyError, read_limited
 from ingest.json_views import error, json_post_view
 from ingest.publish import PublishError, publish_batch, tenants_by_key, validate
 from webhooks.models import ApiToken, hash_token
 
-BEARER = "bearer "
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def authenticate(request: HttpRequest) -> ApiToken | None:
-    header = request.headers.get("Authorization", "")
-    if not header.lower().startswith(BEARER):
+    offered = bearer_token(request.headers.get("Authorization", ""))
+    if offered is None:
         return None
     # Looked up by hash: an index lookup that never compares secrets character by character.
     token = (
         ApiToken.objects.select_related("tenant")
-        .filter(token_hash=hash_token(header[len(BEARER) :].strip()), is_active=True)
+        .filter(token_hash=hash_token(offered), is_active=True)
         .first()
     )
     now = timezone.now()

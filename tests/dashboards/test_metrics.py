@@ -111,6 +111,11 @@ def test_metrics_token_protects_the_endpoint(client, settings) -> None:
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+    # RFC 7235: the scheme is case-insensitive; a bare token is no credential.
+    assert client.get("/metrics", HTTP_AUTHORIZATION="bearer scrape-me").status_code == 200
+    assert client.get("/metrics", HTTP_AUTHORIZATION="BEARER  scrape-me ").status_code == 200
+    assert client.get("/metrics", HTTP_AUTHORIZATION="scrape-me").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Basic scrape-me").status_code == 401
 
 
 @pytest.mark.django_db(transaction=True)
