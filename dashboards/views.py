@@ -26,6 +26,7 @@ FAILURES_SHOWN = 8
 EXCERPT_CHARS = 300
 HISTORY_WINDOW = timedelta(hours=1)
 POLL_SECONDS = 3
+HOME_TENANTS_SHOWN = 200  # staff see every tenant: the rest are a search in the admin away
 CHARTS = {"backlog-age", "delivered"}
 # Drawn about this wide on a laptop, so the axis labels come out at their font size.
 CHART_WIDTH, CHART_HEIGHT = 480, 200
@@ -303,8 +304,20 @@ def chart_svg(request: HttpRequest, access: TenantAccess, name: str) -> HttpResp
 
 @login_required(login_url=reverse_lazy("tenants:login"))
 def home(request: HttpRequest) -> HttpResponse:
-    """The tenants this user may see; straight to the dashboard when there is one."""
-    tenants = list(Tenant.objects.filter(memberships__user=request.user).order_by("key"))
-    if len(tenants) == 1 and not request.user.is_staff:
-        return redirect("tenants:dashboard", key=tenants[0].key)
-    return render(request, "dashboards/home.html", {"tenants": tenants})
+    """The tenants this user may see; straight to the dashboard when there is one. Staff
+    who may view tenants see every dashboard (the access rules let them open any)."""
+    user = request.user
+    everyone = user.is_staff and user.has_perm("tenants.view_tenant")
+    tenants = Tenant.objects.all() if everyone else Tenant.objects.filter(memberships__user=user)
+    shown = list(tenants.order_by("key")[: HOME_TENANTS_SHOWN + 1])
+    if len(shown) == 1 and not user.is_staff:
+        return redirect("tenants:dashboard", key=shown[0].key)
+    return render(
+        request,
+        "dashboards/home.html",
+        {
+            "tenants": shown[:HOME_TENANTS_SHOWN],
+            "more": len(shown) > HOME_TENANTS_SHOWN,
+            "everyone": everyone,
+        },
+    )

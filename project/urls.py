@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
 from dashboards import overview as admin_overview
 from dashboards.exporter import metrics
@@ -18,6 +19,8 @@ urlpatterns = [
     *admin_overview.urlpatterns,
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
+    # The admin's "View site" and a bare host name land on the dashboards, not a 404.
+    path("", RedirectView.as_view(pattern_name="tenants:home"), name="root"),
     # Tenant dashboards (/t/<key>/) and the login page tenants use (not the admin's).
     path("", include("dashboards.urls")),
 ]

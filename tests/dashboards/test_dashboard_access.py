@@ -100,6 +100,25 @@ def test_staff_who_may_view_tenants_open_any_dashboard(client, two_tenants) -> N
     assert client.get(reverse("tenants:dashboard", args=[mine.key])).status_code == 404
 
 
+def test_the_site_root_and_the_tenant_home_list_what_each_user_may_open(
+    client, two_tenants
+) -> None:
+    mine, theirs = two_tenants
+    root = client.get("/")  # the admin's "View site" link
+    assert root.status_code == 302 and root["Location"] == reverse("tenants:home")
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    page = client.get(reverse("tenants:home")).content.decode()
+    assert mine.key in page and theirs.key in page and "Ask your administrator" not in page
+    client.force_login(make_user("clerk", staff=True))  # staff without the permission
+    page = client.get(reverse("tenants:home")).content.decode()
+    assert mine.key not in page and theirs.key not in page and "Ask your administrator" in page
+    member = make_user("member", tenant=mine)
+    client.force_login(member)
+    assert client.get(reverse("tenants:home"))["Location"] == reverse(
+        "tenants:dashboard", args=[mine.key]
+    )
+
+
 def test_inactive_member_gets_nothing(client, two_tenants) -> None:
     mine, _ = two_tenants
     user = make_user("alice", tenant=mine)
