@@ -28,6 +28,7 @@ _LOADED_FIELDS = {
         "url",
         "enabled",
         "timeout_seconds",
+        "sign_requests",
         "consecutive_failures",
         "failing_since",
         "last_success_at",

@@ -90,15 +90,27 @@ def unsigned_headers(delivery: Delivery, now: float) -> dict[str, str]:
     return headers
 
 
+class NoSigningSecret(Exception):
+    """The endpoint signs its requests but has no active secret (all expired or removed)."""
+
+
 def sign(headers: dict[str, str], delivery: Delivery, secrets: list[str]) -> None:
-    """Add webhook-signature over the id, timestamp and body already in `headers`."""
-    if secrets:
-        headers["webhook-signature"] = sign_standard_webhooks(
-            headers["webhook-id"],
-            int(headers["webhook-timestamp"]),
-            bytes(delivery.event.payload),
-            secrets,
+    """Add webhook-signature over the id, timestamp and body already in `headers`. An
+    endpoint that signs but has no secret left fails the delivery (recorded, retried)
+    rather than sending it unsigned: unsigned is an explicit choice, never an accident."""
+    if not delivery.endpoint.sign_requests:
+        return
+    if not secrets:
+        raise NoSigningSecret(
+            "the endpoint signs its requests but has no active signing secret: "
+            "add one in the admin, or turn off its signing"
         )
+    headers["webhook-signature"] = sign_standard_webhooks(
+        headers["webhook-id"],
+        int(headers["webhook-timestamp"]),
+        bytes(delivery.event.payload),
+        secrets,
+    )
 
 
 class SecretCache:

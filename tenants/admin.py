@@ -1,4 +1,7 @@
-"""Operators manage tenants, endpoints and memberships here; secrets are never shown in full."""
+"""Operators manage tenants, endpoints and memberships here. A secret is shown in full only
+once, to whoever made it, and again only by the logged "reveal" action."""
+
+import logging
 
 from django import forms
 from django.conf import settings
@@ -10,6 +13,8 @@ from core.netguard import validate_destination_url
 from tenants import share
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
 
+logger = logging.getLogger(__name__)
+
 
 class MaskedSecretForm(forms.ModelForm):
     """A secret is typed once and never rendered back; empty keeps the stored one."""
@@ -17,8 +22,15 @@ class MaskedSecretForm(forms.ModelForm):
     secret = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Empty keeps the stored secret (or generates one for a new endpoint secret).",
+        help_text="Type a secret, or leave it empty: a stored secret stays as it is, and a "
+        "new row gets a generated one where the model can make one (shown once, in full).",
     )
+    generated = False  # True when clean_secret made the value: the admin shows it once
+
+    def has_changed(self) -> bool:
+        # Inlines have no blank extra rows, so a new row is one the operator added on
+        # purpose: it is saved even left empty (Django skips unchanged new rows).
+        return self.instance.pk is None or super().has_changed()
 
     def clean_secret(self) -> str:
         typed = self.cleaned_data.get("secret", "").strip()
@@ -28,6 +40,7 @@ class MaskedSecretForm(forms.ModelForm):
             return self.instance.secret
         default = self._meta.model._meta.get_field("secret").default
         if callable(default):
+            self.generated = True
             return default()
         raise forms.ValidationError("Enter the secret the provider signs with.")
 
@@ -63,6 +76,7 @@ class EndpointForm(forms.ModelForm):
             "retry_max_in_flight",
             "rate_limit_per_second",
             "timeout_seconds",
+            "sign_requests",
             "enabled",
             "disabled_reason",
         ]
@@ -89,10 +103,11 @@ class EndpointAdmin(admin.ModelAdmin):
         "enabled",
         "max_in_flight",
         "retry_max_in_flight",
+        "sign_requests",
         "consecutive_failures",
         "disabled_reason",
     ]
-    list_filter = ["enabled"]
+    list_filter = ["enabled", "sign_requests"]
     search_fields = ["url", "tenant__key", "tenant__name", "description"]
     list_select_related = ["tenant"]
     autocomplete_fields = ["tenant"]
@@ -105,7 +120,55 @@ class EndpointAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [EndpointSecretInline]
-    actions = ["reenable_endpoints"]
+    actions = ["reenable_endpoints", "reveal_signing_secrets"]
+
+    def save_related(self, request, form, formsets, change) -> None:
+        super().save_related(request, form, formsets, change)
+        endpoint = form.instance
+        if not endpoint.generated_secret:  # set only by the save() that created it
+            return
+        rows_made = [
+            row
+            for formset in formsets
+            for row in formset.forms
+            if isinstance(row, MaskedSecretForm) and row.instance.pk
+        ]
+        if rows_made:
+            # The add form carried its own secret rows: the one save() made is not needed.
+            endpoint.secrets.filter(secret=endpoint.generated_secret).delete()
+        else:
+            self._show_once(request, endpoint, endpoint.generated_secret)
+
+    def save_formset(self, request, form, formset, change) -> None:
+        super().save_formset(request, form, formset, change)
+        for row in formset.forms:
+            if getattr(row, "generated", False) and row.instance.pk:
+                self._show_once(request, form.instance, row.instance.secret)
+
+    def _show_once(self, request, endpoint: Endpoint, secret: str) -> None:
+        messages.warning(
+            request,
+            f"Signing secret for {endpoint.url}: {secret} (give it to the receiver now; "
+            "it is not shown again except by the logged Reveal action).",
+        )
+
+    def has_reveal_secret_permission(self, request) -> bool:
+        return request.user.has_perm("tenants.reveal_endpoint_secret")
+
+    @admin.action(
+        description="Reveal signing secrets of selected endpoints (logged)",
+        permissions=["reveal_secret"],
+    )
+    def reveal_signing_secrets(self, request, queryset) -> None:
+        # At most a page of them: revealing is a deliberate act on a few endpoints.
+        for endpoint in queryset.prefetch_related("secrets")[:20]:
+            active = [row for row in endpoint.secrets.all() if row.is_active()]
+            shown = ", ".join(row.secret for row in active) or "none active"
+            self.log_change(request, endpoint, "Revealed the signing secret in full.")
+            logger.warning(
+                "user %s revealed the signing secret of endpoint %s", request.user, endpoint.pk
+            )
+            messages.warning(request, f"Signing secrets of {endpoint.url}: {shown}")
 
     @admin.action(description="Re-enable selected endpoints (held deliveries resume in order)")
     def reenable_endpoints(self, request, queryset) -> None:

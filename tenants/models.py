@@ -135,6 +135,14 @@ class Endpoint(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(120)],
         help_text="Total deadline for one request, connection to last byte.",
     )
+    sign_requests = models.BooleanField(
+        "sign requests",
+        default=True,
+        help_text="Sign every request with the endpoint's secret (Standard Webhooks "
+        "webhook-signature). A new endpoint gets a generated secret. Turn off only for a "
+        "receiver that cannot verify: its requests then go out unsigned, and it cannot tell "
+        "them from forgeries.",
+    )
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=500, blank=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
@@ -144,13 +152,30 @@ class Endpoint(models.Model):
     last_failure_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
+    generated_secret: str | None = (
+        None  # set by save() on creation; never stored in plain elsewhere
+    )
+
     class Meta:
         ordering = ["tenant__key", "url"]
+        permissions = [
+            ("reveal_endpoint_secret", "Can reveal an endpoint's signing secret in full"),
+        ]
         indexes = [models.Index(fields=["enabled"], name="endpoint_enabled_idx")]
 
     def __str__(self) -> str:
         owner = self.tenant.key if self.tenant_id else "shared"
         return f"{owner} → {self.url}"
+
+    def save(self, *args, **kwargs) -> None:
+        """A new signing endpoint gets a secret at once, whoever creates it (admin, demo,
+        portal, shell): no endpoint delivers unsigned unless told to. The plain value is
+        left on `generated_secret` for the creator to show once."""
+        creating = self._state.adding
+        super().save(*args, **kwargs)
+        self.generated_secret = None
+        if creating and self.sign_requests:
+            self.generated_secret = EndpointSecret.objects.create(endpoint=self).secret
 
     def effective_rate_per_second(self) -> float | None:
         """What the scheduler enforces; None = no rate limit."""
@@ -197,6 +222,9 @@ class EndpointSecret(models.Model):
 
     def __str__(self) -> str:
         return mask_secret(self.secret)
+
+    def is_active(self) -> bool:
+        return self.expires_at is None or self.expires_at > timezone.now()
 
     def clean(self) -> None:
         validate_standard_webhooks_secret(self.secret)

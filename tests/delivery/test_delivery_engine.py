@@ -71,6 +71,33 @@ def test_delivers_with_standard_webhooks_headers_and_records_the_attempt(engine)
     assert get_scheduler().snapshot().in_flight == 0
 
 
+def test_an_endpoint_that_opts_out_of_signing_gets_unsigned_requests(engine) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url, sign_requests=False)
+        publish(tenant, "x", {})
+        engine()
+        [request] = receiver.wait_for(1)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 1})
+    assert "webhook-id" in request.headers
+    assert "webhook-signature" not in request.headers
+
+
+def test_a_signing_endpoint_without_an_active_secret_fails_rather_than_send_unsigned(
+    engine,
+) -> None:
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url)
+        endpoint.secrets.update(expires_at=datetime(2020, 1, 1, tzinfo=UTC))
+        publish(tenant, "x", {})
+        engine()
+        assert wait_until(lambda: statuses() == {Delivery.Status.DEAD: 1}, timeout=10)
+        assert receiver.requests == []  # nothing went out unsigned
+    attempt = Attempt.objects.order_by("number").first()
+    assert "no active signing secret" in attempt.error
+
+
 def test_failure_is_retried_with_the_same_webhook_id(engine) -> None:
     with Recorder(Reply(503), Reply(500), Reply(200)) as receiver:
         tenant = make_tenant("acme")
