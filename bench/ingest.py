@@ -10,7 +10,7 @@ What it does:
    named by --database-url (its name must contain "bench"; created if missing, flushed).
    Migrated in a child process, then seeded: T tenants (shop-N.example), each with an
    endpoint, a Shopify-style source (`header:X-Shopify-Shop-Domain`, one shared
-   destination, as in webhooks/demo.py) and a publish API token (ApiToken.issue).
+   destination, as in simulation/demo.py) and a publish API token (ApiToken.issue).
    On SQLite, the script holds one connection open for the whole run, as a deployment's
    delivery workers do (--no-hold-db to measure without: see docs/BENCHMARKS.md).
 2. The Redis database --redis-url (default db 14) is flushed, only if it is empty or was

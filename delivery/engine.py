@@ -108,6 +108,9 @@ class DeliveryEngine:
         self._stopping = threading.Event()  # the feeder stops picking
         self._closed = threading.Event()  # the loop and renewer stop (cold, or all done)
         self._leases: dict[str, Lease] = {}  # picked and not yet released to the scheduler
+        # Leases being acknowledged now: a renewal racing their ack finds them gone, and
+        # that is their release, not a lost lease.
+        self._releasing: set[str] = set()
         self._leases_lock = threading.Lock()
         self._room = threading.Condition()  # guards _busy; the feeder waits on it for room
         self._busy = 0  # deliveries handed to the request loop and not yet answered
@@ -454,6 +457,8 @@ class DeliveryEngine:
 
     def _settle(self, group: list[sending.Finished]) -> None:
         leases = [item.lease for item in group]
+        with self._leases_lock:
+            self._releasing.update(lease.delivery_id for lease in leases)
         try:
             sending.settle(group, self.scheduler)
             self.sent += sum(item.sent is not None for item in group)
@@ -478,6 +483,7 @@ class DeliveryEngine:
         with self._leases_lock:
             for lease in leases:
                 self._leases.pop(lease.delivery_id, None)
+                self._releasing.discard(lease.delivery_id)
         with self._room:
             self._room.notify()
 
@@ -487,17 +493,24 @@ class DeliveryEngine:
         """Keep leases of long requests alive; a dead process stops renewing, its work returns."""
         interval = max(1.0, settings.LEASE_SECONDS / 3)
         while not self._closed.wait(interval):
-            with self._leases_lock:
-                leases = list(self._leases.values())
-            if not leases:
-                continue
-            try:
-                lost = self.scheduler.renew(leases)
-            except redis.RedisError as exc:
-                logger.warning("could not renew leases: %s", exc)
-                continue
-            if lost:
-                logger.warning("%d leases expired before renewal: %s", len(lost), lost[:5])
+            self.renew_leases()
+
+    def renew_leases(self) -> list[str]:
+        """One renewal of every lease held; returns (and logs) the ids truly lost."""
+        with self._leases_lock:
+            leases = list(self._leases.values())
+        if not leases:
+            return []
+        try:
+            lost = self.scheduler.renew(leases)
+        except redis.RedisError as exc:
+            logger.warning("could not renew leases: %s", exc)
+            return []
+        with self._leases_lock:
+            lost = [i for i in lost if i in self._leases and i not in self._releasing]
+        if lost:
+            logger.warning("%d leases expired before renewal: %s", len(lost), lost[:5])
+        return lost
 
 
 def _without_stop(items: list) -> tuple[list, bool]:

@@ -227,7 +227,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # runserver's line per request follows LOG_LEVEL too (`make run` sets WARNING).
+        "django.server": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    },
 }
 
 # `python manage.py rqworker default maintenance` runs delivery workers: RQ workers

@@ -267,8 +267,9 @@ class Scheduler:
         """Leases finished so far, by ack outcome, plus "retry" for retry_later: kept in
         Redis because worker processes come and go and would lose in-process counts."""
         stats = self.connection.hgetall(self.keys.stats)
-        fields = {snapshot.text(k): int(v) for k, v in stats.items()}
-        return {k[4:]: v for k, v in fields.items() if k.startswith("out:")}
+        # Only the out: fields are counters; others (the virtual time V) may be fractional.
+        fields = {snapshot.text(k): v for k, v in stats.items()}
+        return {k[4:]: int(v) for k, v in fields.items() if k.startswith("out:")}
 
     def epoch(self) -> str | None:
         """The marker set after the last rebuild; None means Redis lost the schedule."""

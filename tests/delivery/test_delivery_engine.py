@@ -9,9 +9,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core.ids import new_ulid
 from delivery import loading
+from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
+from delivery.scheduler import Item
 from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
@@ -381,3 +384,21 @@ def test_healthy_connections_stay_alive_while_hundreds_of_requests_hang(engine) 
         running.stop(graceful=False)
     # Two requests at a time at most (the cap), over kept-alive connections.
     assert len({r.client_port for r in requests}) <= 4
+
+
+def test_a_renewal_racing_an_acknowledgement_reports_no_lost_lease(caplog) -> None:
+    """The renewer snapshots the held leases, then renews them; one acknowledged in
+    between is released, not lost. Only a lease that vanished while still held is."""
+    scheduler = get_scheduler()
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant)
+    scheduler.enqueue([Item(new_ulid(), tenant.pk, endpoint.pk, max_in_flight=2) for i in range(2)])
+    engine = DeliveryEngine(concurrency=2, scheduler=scheduler)
+    acked, vanished = scheduler.pick("w", 2).leases
+    engine._leases.update({lease.delivery_id: lease for lease in (acked, vanished)})
+    engine._releasing.add(acked.delivery_id)  # being recorded: its ack is on the way
+    scheduler.ack([acked, vanished])  # the second one's ack stands in for an expiry
+
+    with caplog.at_level("WARNING", logger="delivery.engine"):
+        assert engine.renew_leases() == [vanished.delivery_id]
+    assert "1 leases expired before renewal" in caplog.text

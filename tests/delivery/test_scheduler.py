@@ -589,6 +589,18 @@ def test_a_queued_delivery_costs_about_32_bytes_in_its_lane(redis_conn):
     assert used / 2000 <= 40
 
 
+def test_counters_read_beside_a_fractional_virtual_time(redis_conn):
+    """A weight-4 tenant advances virtual time by quarters; the counters (the metrics' and
+    the demo's) must still read. They once parsed every stats field as an int."""
+    sched = Scheduler(redis_conn)
+    sched.enqueue(batch(1, 1, 3, weight=4, max_in_flight=3))
+    for _ in range(3):
+        sched.ack(sched.pick("w", 1).leases, outcome="delivered")
+
+    assert "." in redis_conn.hget(sched.keys.stats, "V").decode()
+    assert sched.counters() == {"delivered": 3}
+
+
 def test_counters_total_finished_leases_by_outcome(redis_conn):
     sched = Scheduler(redis_conn)
     sched.enqueue(batch(1, 1, 4, max_in_flight=4))

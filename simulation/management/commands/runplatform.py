@@ -1,0 +1,155 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from delivery import maintenance
+from delivery.enqueueing import get_scheduler
+from simulation import demo
+from tenants.models import Tenant
+
+STATUS_EVERY_SECONDS = 5.0
+# Short retries so that a retry, and a dead letter to replay, show within a minute.
+DEMO_RETRY_SCHEDULE = "2,4,8,16"
+DEMO_CONCURRENCY = "64"
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the whole platform for development (what `make run` does): migrate, seed demo "
+        "data, then start the web server, a delivery worker, the demo receiver and demo "
+        "traffic, and print a status line every few seconds. Ctrl-C stops everything it "
+        "started, including the embedded Redis."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--receiver-port", type=int, default=8001)
+        parser.add_argument("--no-traffic", action="store_true", help="Do not post demo events.")
+
+    def handle(self, *args, port: int, receiver_port: int, no_traffic: bool, **options) -> None:
+        call_command("migrate", verbosity=0)
+        logins = demo.seed(f"http://127.0.0.1:{receiver_port}")
+        if get_scheduler().epoch() is None:
+            # A new Redis (the embedded one starts empty): rebuild the schedule from the
+            # database now, before any traffic, rather than at the first sweep.
+            maintenance.rebuild_schedule()
+        env = {
+            **os.environ,
+            "REDIS_URL": settings.REDIS_URL,
+            "DEBUG": os.environ.get("DEBUG", "true"),
+            # The demo delivers to 127.0.0.1; production keeps private addresses refused.
+            "ALLOW_PRIVATE_DESTINATIONS": os.environ.get("ALLOW_PRIVATE_DESTINATIONS", "true"),
+            # A readable terminal: warnings and errors only, no line per request.
+            "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+            "RETRY_SCHEDULE_SECONDS": os.environ.get("RETRY_SCHEDULE_SECONDS", DEMO_RETRY_SCHEDULE),
+            # Fewer slots than big-shop's cap: the worker is what the flood outgrows.
+            "DELIVERY_CONCURRENCY": os.environ.get("DELIVERY_CONCURRENCY", DEMO_CONCURRENCY),
+            "DEMO_PUBLISH_TOKEN": demo.issue_token(),
+        }
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        base = f"http://127.0.0.1:{port}"
+        commands = {
+            "web": [*manage, "runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"],
+            "worker": [*manage, "rqworker", "--verbosity", "0", "default", "maintenance"],
+            "receiver": [*manage, "demo_receiver", "--port", str(receiver_port)],
+        }
+        if not no_traffic:
+            commands["traffic"] = [*manage, "demo_traffic", "--base", base]
+        # Each child in a process group of its own: Ctrl-C reaches this command alone, which
+        # then stops them in order (the worker finishing its in-flight requests).
+        children = {
+            name: subprocess.Popen(cmd, env=env, process_group=0) for name, cmd in commands.items()
+        }
+        self._banner(base, receiver_port, logins)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            self._watch(children)
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopping the platform (the worker finishes its requests)...")
+        finally:
+            self._stop(children)
+
+    def _banner(self, base: str, receiver_port: int, logins: dict[str, str]) -> None:
+        redis_note = " (embedded)" if settings.EMBEDDED_REDIS else ""
+        self.stdout.write(
+            self.style.SUCCESS("\nThe platform is running:\n")
+            + f"  operations      {base}/admin/overview/   (user admin, password {logins['admin']})\n"
+            + f"  admin           {base}/admin/\n"
+            + f"  tenant pages    {base}/t/   (user big: {demo.LOUD_TENANT}'s admin; user alpha: "
+            + f"a viewer of {demo.QUIET_TENANTS[0]}; password {logins['alpha']})\n"
+            + f"  metrics         {base}/metrics\n"
+            + f"  ingest          POST {base}/ingest/{demo.DEMO_SOURCE_SLUG}/ (Shopify-signed, "
+            + f"secret {demo.DEMO_SOURCE_SECRET!r})\n"
+            + f"  demo receiver   http://127.0.0.1:{receiver_port}/\n"
+            + f"  redis           {settings.REDIS_URL}{redis_note}\n"
+            + "What to look at in the first two minutes: README.md, 'A two-minute tour'.\n"
+            + "Press Ctrl-C to stop.\n"
+        )
+        self.stdout.flush()
+
+    def _watch(self, children: dict[str, subprocess.Popen]) -> None:
+        started = time.monotonic()
+        next_status = started + STATUS_EVERY_SECONDS
+        last_delivered = None
+        while True:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    self.stderr.write(
+                        f"The {name} stopped unexpectedly (exit code {child.returncode}); "
+                        "stopping the rest."
+                    )
+                    return
+            if time.monotonic() >= next_status:
+                next_status += STATUS_EVERY_SECONDS
+                last_delivered = self._status_line(time.monotonic() - started, last_delivered)
+            time.sleep(0.5)
+
+    def _status_line(self, elapsed: float, last_delivered: int | None) -> int | None:
+        """One line: deliveries, the loud shop's backlog, the quiet shops' oldest wait."""
+        try:
+            scheduler = get_scheduler()
+            snapshot, counters = scheduler.snapshot(top_n=20), scheduler.counters()
+        except Exception as exc:  # a status line must never stop the platform
+            self.stdout.write(f"[{elapsed:4.0f}s] scheduler unavailable: {exc}")
+            return last_delivered
+        keys = dict(Tenant.objects.values_list("pk", "key"))
+        rows = {keys.get(row.tenant_id, "?"): row for row in snapshot.tenants}
+        loud = rows.get(demo.LOUD_TENANT)
+        quiet = [rows[key].oldest_age_seconds for key in demo.QUIET_TENANTS[:3] if key in rows]
+        hung = rows.get(demo.QUIET_TENANTS[3])
+        delivered = counters.get("delivered", 0)
+        pace = ""
+        if last_delivered is not None and delivered >= last_delivered:
+            pace = f" (+{delivered - last_delivered:,})"
+        self.stdout.write(
+            f"[{elapsed:4.0f}s] delivered {delivered:,}{pace}"
+            + (
+                f" | big-shop {loud.fresh + loud.retry:,} waiting, oldest {loud.oldest_age_seconds:.1f}s"
+                if loud
+                else " | big-shop none waiting"
+            )
+            + f" | alpha/bravo/charlie oldest {max(quiet, default=0.0):.1f}s"
+            + f" | delta (hangs) {hung.in_flight if hung else 0} in flight"
+            + f" | retries {counters.get('retry', 0):,} | dead letters {counters.get('dead', 0):,}"
+        )
+        self.stdout.flush()
+        return delivered
+
+    def _stop(self, children: dict[str, subprocess.Popen]) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 40  # the worker finishes in-flight deliveries first
+        for child in children.values():
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+        # The embedded Redis, if this command's process started it, is stopped by
+        # manage.py (project.launch) as it exits.
