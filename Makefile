@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint format bench clean install chromium
+.PHONY: run test test-fast lint format bench clean install chromium promtool
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (set PYTHON=...)")'
@@ -32,12 +32,30 @@ chromium:
 	  exit 1; \
 	fi
 
+## make promtool: Prometheus's promtool, which checks and unit-tests deploy/prometheus/alerts.yml
+## (tests/dashboards/test_alert_rules.py). PROMTOOL=/path/to/promtool picks another one; it is
+## exported so the test runs the same binary.
+PROMTOOL ?= promtool
+export PROMTOOL
+promtool:
+	@if command -v "$(PROMTOOL)" >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing promtool for the alert rule tests (apt-get install prometheus)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+	    && { command -v "$(PROMTOOL)" >/dev/null 2>&1 || { echo "apt-get installed prometheus, but $(PROMTOOL) is still not found" >&2; exit 1; }; }; \
+	else \
+	  echo "The alert rule tests need Prometheus's promtool ($(PROMTOOL)): install it" >&2; \
+	  echo "(Debian: sudo apt-get install --no-install-recommends prometheus; or a release from" >&2; \
+	  echo "https://prometheus.io/download/), or point PROMTOOL=/path/to/promtool at one." >&2; \
+	  exit 1; \
+	fi
+
 ## make test: the whole suite against a real Redis (REDIS_URL, else embedded) and the configured DB.
-test: install chromium
+test: install chromium promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make test-fast: skip the slow end-to-end, chaos and browser tests while iterating.
-test-fast: install
+test-fast: install promtool
 	$(BIN)/python -m pytest -m "not slow and not chaos and not browser" $(PYTEST_ARGS)
 
 lint: install

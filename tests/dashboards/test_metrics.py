@@ -119,22 +119,45 @@ def test_metrics_token_protects_the_endpoint(client, settings) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_alert_rules_parse_and_name_only_exported_metrics(client) -> None:
+def test_alert_rules_parse_and_name_only_exported_metrics_and_labels(client) -> None:
     tenant = make_tenant("t")
     make_endpoint(tenant)
     make_source("src")
     publish(tenant, "x", {})
-    exported = set(scrape(client))
+    samples = scrape(client)
     rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
     assert {rule["alert"] for rule in rules} >= {
         "WebhookTenantBacklogOld",
         "WebhookManyTenantsBehind",
         "WebhookFallbackLaneRising",
+        "WebhookSourceKeyLooksUnbounded",
         "WebhookDeadLettersRising",
         "WebhookEndpointDisabled",
+        "WebhookSchedulerDown",
     }
     for rule in rules:
+        alert, expr = rule["alert"], rule["expr"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
-        names = set(re.findall(r"\b(webhook_[a-z_]+)", rule["expr"]))
-        assert names, rule["alert"]
-        assert names <= exported, (rule["alert"], names - exported)
+        names = set(re.findall(r"\b(webhook_[a-z_]+)", expr))
+        assert names, alert
+        assert names <= set(samples), (alert, names - set(samples))
+        exported_labels = {label for name in names for s in samples[name] for label in s.labels}
+        # A selector on a label value we never export (a threshold missing from
+        # METRICS_AGE_THRESHOLDS) matches nothing, and the rule silently never fires.
+        for name, matchers in re.findall(r"\b(webhook_[a-z_]+)\{([^}]*)\}", expr):
+            for label, wanted in re.findall(r'(\w+)\s*=\s*"([^"]*)"', matchers):
+                assert any(s.labels.get(label) == wanted for s in samples[name]), (
+                    alert,
+                    f"{name}{{{label}={wanted!r}}} is not exported",
+                )
+        grouped = {
+            label.strip()
+            for by in re.findall(r"\bby\s*\(([^)]*)\)", expr)
+            for label in by.split(",")
+            if label.strip()
+        }
+        assert grouped <= exported_labels, (alert, grouped - exported_labels)
+        # Every rule aggregates (several web processes export the same series), so a label
+        # a template names survives only if the expression groups by it.
+        templated = set(re.findall(r"\$labels\.(\w+)", str(rule["annotations"])))
+        assert templated <= grouped, (alert, templated - grouped)
