@@ -39,6 +39,9 @@ class DeliveryAdmin(ReadOnlyAdmin):
     date_hierarchy = "enqueued_at"
     inlines = [AttemptInline]
     actions = ["replay_dead_letters"]
+    # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which
+    # reads like an error where "no" is the usual, healthy answer.
+    exclude = ["needs_schedule"]
 
     @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
     def replay_dead_letters(self, request, queryset) -> None:
@@ -50,7 +53,19 @@ class DeliveryAdmin(ReadOnlyAdmin):
         return request.user.has_perm("delivery.change_delivery")
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.model._meta.fields]
+        return [
+            "schedule_state" if field.name == "needs_schedule" else field.name
+            for field in self.model._meta.fields
+        ]
+
+    @admin.display(description="Needs schedule")
+    def schedule_state(self, obj: Delivery) -> str:
+        if obj.needs_schedule:
+            return (
+                "yes: saved while Redis was unreachable, so it is not in the schedule yet; "
+                "the maintenance sweep puts it there"
+            )
+        return "no"
 
 
 @admin.register(Attempt)
