@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from django.views.generic import RedirectView
 from django_rq import urls as rq_urls
 
+from dashboards import landing
 from dashboards import overview as admin_overview
 from dashboards.exporter import metrics
 from ingest import api, views
@@ -26,8 +26,8 @@ urlpatterns = [
     *admin_overview.urlpatterns,
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
-    # The admin's "View site" and a bare host name land on the dashboards, not a 404.
-    path("", RedirectView.as_view(pattern_name="tenants:home"), name="root"),
+    # The admin's "View site" and a bare host name: the way to the admin or a dashboard.
+    path("", landing.landing, name="root"),
     # Tenant dashboards (/t/<key>/) and the login page tenants use (not the admin's).
     path("", include("dashboards.urls")),
 ]
