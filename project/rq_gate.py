@@ -18,14 +18,18 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern
 from django_rq.admin import QueueAdmin
+from django_rq.connection_utils import get_unique_connection_configs
 from django_rq.models import Dashboard
 from django_rq.settings import get_queues_list
 from rq.exceptions import NoSuchJobError
 
 PERMISSION = "django_rq.admin"
-# URL arguments that index RQ_QUEUES: past its end django-rq raises IndexError (a 500),
-# as it lets NoSuchJobError out of a job's delete, requeue and enqueue pages.
-QUEUE_INDEXES = ("queue_index", "connection_index")
+# URL arguments that index a list (its length): past its end django-rq raises IndexError
+# (a 500), as it lets NoSuchJobError out of a job's delete, requeue and enqueue pages.
+INDEXES: dict[str, Callable[[], int]] = {
+    "queue_index": lambda: len(get_queues_list()),
+    "connection_index": lambda: len(get_unique_connection_configs()),
+}
 
 View = Callable[..., HttpResponse]
 
@@ -34,19 +38,18 @@ def require_queue_permission(view: View) -> View:
     """`view` for active staff with PERMISSION; an unknown queue or job is a 404."""
 
     @wraps(view)
-    def gated(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    def checked(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         if not request.user.has_perm(PERMISSION):
             raise PermissionDenied
-        queues = len(get_queues_list())
-        if any(int(kwargs[name]) >= queues for name in QUEUE_INDEXES if name in kwargs):
-            raise Http404("No such queue.")
+        if any(int(kwargs[name]) >= size() for name, size in INDEXES.items() if name in kwargs):
+            raise Http404("No such queue or connection.")
         try:
             return view(request, *args, **kwargs)
         except NoSuchJobError as exc:
             raise Http404("No such job.") from exc
 
     # The admin's own check first: anyone not active staff goes to its login page.
-    return admin.site.admin_view(gated)
+    return admin.site.admin_view(checked)
 
 
 def gated(patterns: list[URLPattern]) -> list[URLPattern]:

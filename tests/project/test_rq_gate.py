@@ -99,6 +99,7 @@ def test_a_queue_or_job_that_does_not_exist_is_404_not_500(client) -> None:
     client.force_login(queue_operator())
     missing = [
         reverse("django_rq:jobs", args=[99]),
+        reverse("django_rq:cron_scheduler_detail", args=[9, "no-such-scheduler"]),
         reverse("django_rq:delete_job", args=[DEFAULT, "no-such-job"]),
         reverse("django_rq:requeue_job", args=[DEFAULT, "no-such-job"]),
     ]
