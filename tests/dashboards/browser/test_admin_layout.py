@@ -26,13 +26,15 @@ LONG_URL = (
     "https://hooks.integrations.example-fulfilment-partner.com/webhooks/v2/receive/"
     "7f3c9a1e2b4d6f8091a2b3c4d5e6f708?account=northwind-outdoor&signature_version=2"
 )
-CHANGELISTS = [
-    "delivery_delivery",
-    "delivery_attempt",
-    "webhooks_event",
-    "tenants_endpoint",
-    "tenants_tenant",
-]
+FIRST_URL = f"{LONG_URL}&n=0"
+# Each changelist, and a long value it clips that must stay whole in a title.
+CHANGELISTS = {
+    "delivery_delivery": FIRST_URL,
+    "delivery_attempt": None,
+    "webhooks_event": "fulfillment_orders/cancellation_request_submitted",
+    "tenants_endpoint": FIRST_URL,
+    "tenants_tenant": LONG_KEYS[2],
+}
 
 
 @pytest.fixture
@@ -117,9 +119,13 @@ def test_changelists_fit_a_1400px_window(
         """() => {
             const table = document.querySelector('#result_list');
             const area = document.querySelector('#changelist .results');
+            const page = document.documentElement;
             return {table: table.scrollWidth, area: area.clientWidth,
-                    content: document.querySelector('#content').clientWidth};
+                    page: page.scrollWidth, window: page.clientWidth};
         }"""
     )
     admin_page.screenshot(path=str(artifacts / f"admin-{changelist}.png"), full_page=True)
     assert widths["table"] <= widths["area"], widths
+    assert widths["page"] <= widths["window"], widths
+    if full := CHANGELISTS[changelist]:
+        assert admin_page.locator(f'#result_list [title="{full}"]').count() > 0
