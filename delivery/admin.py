@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 
+from core.admin_cells import clipped, timed
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
 from webhooks.admin import ReadOnlyAdmin
@@ -20,16 +21,17 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
+    # Clipped ids, keys and URLs and compact times: the whole list fits a laptop's window.
     list_display = [
-        "id",
-        "tenant",
-        "endpoint",
+        clipped("id", 11, keep_end=True),
+        clipped("tenant", 24),
+        clipped("endpoint__url", 32, description="endpoint"),
         "status",
         "lane",
         "attempts",
-        "enqueued_at",
-        "next_attempt_at",
-        "delivered_at",
+        timed("enqueued_at", description="enqueued"),
+        timed("next_attempt_at", description="next attempt"),
+        timed("delivered_at", description="delivered"),
     ]
     list_filter = ["status", "lane"]
     search_fields = ["id", "event__id", "tenant__key", "endpoint__url"]
@@ -37,6 +39,9 @@ class DeliveryAdmin(ReadOnlyAdmin):
     date_hierarchy = "enqueued_at"
     inlines = [AttemptInline]
     actions = ["replay_dead_letters"]
+    # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which
+    # reads like an error where "no" is the usual, healthy answer.
+    exclude = ["needs_schedule"]
 
     @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
     def replay_dead_letters(self, request, queryset) -> None:
@@ -48,12 +53,31 @@ class DeliveryAdmin(ReadOnlyAdmin):
         return request.user.has_perm("delivery.change_delivery")
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.model._meta.fields]
+        return [
+            "schedule_state" if field.name == "needs_schedule" else field.name
+            for field in self.model._meta.fields
+        ]
+
+    @admin.display(description="Needs schedule")
+    def schedule_state(self, obj: Delivery) -> str:
+        if obj.needs_schedule:
+            return (
+                "yes: saved while Redis was unreachable, so it is not in the schedule yet; "
+                "the maintenance sweep puts it there"
+            )
+        return "no"
 
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ["delivery", "number", "started_at", "duration_ms", "status_code", "outcome"]
+    list_display = [
+        clipped("delivery_id", 11, keep_end=True, description="delivery"),
+        "number",
+        timed("started_at", description="started"),
+        "duration_ms",
+        "status_code",
+        "outcome",
+    ]
     list_filter = ["outcome", "status_code"]
     search_fields = ["delivery__id"]
     date_hierarchy = "started_at"

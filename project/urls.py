@@ -1,26 +1,33 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from django.views.generic import RedirectView
+from django_rq import urls as rq_urls
 
+from dashboards import landing
 from dashboards import overview as admin_overview
 from dashboards.exporter import metrics
 from ingest import api, views
+from project import rq_gate
 
 admin.site.site_header = "Fair webhooks: operations"
 admin.site.site_title = "Fair webhooks"
+# The model list is on the index and a breadcrumb away; beside a changelist's filters it
+# would leave a 1400 px window about 750 px for the table.
+admin.site.enable_nav_sidebar = False
+rq_gate.gate_admin_entry()
 
 urlpatterns = [
     # The trailing slash is optional: a redirect would lose the POST body.
     re_path(r"^ingest/(?P<slug>[-\w]+)/?$", views.ingest, name="ingest"),
     re_path(r"^ingest/(?P<slug>[-\w]+)/(?P<path>.+)$", views.ingest, name="ingest-path"),
     path("api/v1/events", api.publish_events, name="publish-events"),
-    path("admin/django-rq/", include("django_rq.urls")),
+    # Emptying or requeueing a queue needs django_rq.admin, not just staff (project.rq_gate).
+    path("admin/django-rq/", include((rq_gate.gated(rq_urls.urlpatterns), rq_urls.app_name))),
     # Before admin.site.urls, whose catch-all would answer /admin/overview/ with a 404.
     *admin_overview.urlpatterns,
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
-    # The admin's "View site" and a bare host name land on the dashboards, not a 404.
-    path("", RedirectView.as_view(pattern_name="tenants:home"), name="root"),
+    # The admin's "View site" and a bare host name: the way to the admin or a dashboard.
+    path("", landing.landing, name="root"),
     # Tenant dashboards (/t/<key>/) and the login page tenants use (not the admin's).
     path("", include("dashboards.urls")),
 ]

@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
+from core.admin_cells import clipped
 from core.netguard import validate_destination_url
 from tenants import share
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
@@ -98,7 +99,7 @@ class EndpointForm(forms.ModelForm):
 class EndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
     list_display = [
-        "url",
+        clipped("url", 48),
         "tenant",
         "enabled",
         "max_in_flight",
@@ -195,7 +196,7 @@ class MembershipInline(admin.TabularInline):
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = [
-        "key",
+        clipped("key", 40),
         "name",
         "weight",
         "is_active",

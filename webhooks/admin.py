@@ -3,6 +3,7 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
+from core.admin_cells import clipped, timed
 from tenants.admin import MaskedSecretInline
 from webhooks import key_hygiene
 from webhooks.models import ApiToken, Event, Source, SourceSecret
@@ -116,7 +117,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "received_at", "source", "tenant", "event_type", "fallback_reason"]
+    list_display = [
+        clipped("id", 11, keep_end=True),
+        timed("received_at", description="received"),
+        "source",
+        clipped("tenant", 28),
+        clipped("event_type", 32, description="event type"),
+        clipped("fallback_reason", 32, description="fallback reason"),
+    ]
     list_filter = ["source", "received_at"]
     search_fields = ["id", "event_type", "idempotency_key", "tenant__key"]
     list_select_related = ["source", "tenant"]

@@ -5,8 +5,9 @@ from django.contrib import admin
 from django.contrib.auth.models import User
 from django.urls import reverse
 
+from delivery.models import Delivery
 from tenants.models import EndpointSecret
-from tests.factories import make_endpoint, make_source, make_tenant
+from tests.factories import make_backlog, make_endpoint, make_source, make_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +56,19 @@ def test_migrations_are_complete() -> None:
     from django.core.management import call_command
 
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+@pytest.mark.parametrize(
+    ("flagged", "words"), [(False, "no"), (True, "yes: saved while Redis was unreachable")]
+)
+def test_needs_schedule_is_words_not_a_red_icon(staff_client, flagged, words) -> None:
+    delivery = make_backlog(1)[0]
+    Delivery.objects.filter(pk=delivery.pk).update(needs_schedule=flagged)
+    page = staff_client.get(reverse("admin:delivery_delivery_change", args=[delivery.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    row = html[html.index('class="form-row field-schedule_state"') :]
+    assert "<label>Needs schedule:</label>" in row
+    assert row.split('<div class="readonly">', 1)[1].startswith(words)
+    # Delivery has no other boolean: no yes/no icon anywhere on its page.
+    assert "icon-no" not in html and "icon-yes" not in html
