@@ -58,6 +58,7 @@ def main() -> int:
     import django
 
     django.setup()
+    from simulation.calibration import calibrate, describe
     from simulation.environment import RedisDatabase
     from simulation.receiver import Receiver
     from simulation.runner import execute, prepare_database
@@ -78,6 +79,10 @@ def main() -> int:
     specs = runs_for(scenario, options["scheduler"], options["no_caps"], options["compare"])
     rounds: list[dict[str, dict]] = []
     try:
+        if scenario == "flood" and options["loud_events"] is None:
+            found = calibrate(options, receiver, redis_db, os.environ["DATABASE_URL"], workdir)
+            options.update(loud_events=found["loud_events"], calibration=found)
+            print(describe(options, found), flush=True)
         for number in range(options["rounds"]):
             # Every other round runs in reverse, so a drift in the machine's load does not
             # always favour the same run.

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workers", "1", "--slots", "8", "--timeout", "60"]
 
 
-def simulate(*args: str, tmp_path: Path) -> dict:
+def simulate(*args: str, tmp_path: Path, printed: list[str] | None = None) -> dict:
     out = tmp_path / "figures.json"
     done = subprocess.run(
         [sys.executable, "manage.py", "simulate", *args, *TINY, "--json", str(out)],
@@ -30,6 +30,8 @@ def simulate(*args: str, tmp_path: Path) -> dict:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    if printed is not None:
+        printed.append(done.stdout)
     return json.loads(out.read_text())
 
 
@@ -51,6 +53,25 @@ def test_flood_compare_reports_both_schedulers_and_draws_them(tmp_path: Path) ->
         assert run["deliveries_per_s"] > 0
     assert [goal["goal"] for goal in figures["goals"]] == [">= 100", ">= 0.9"]
     assert plot.read_text().startswith("<svg") and "fifo, quiet tenants" in plot.read_text()
+
+
+@pytest.mark.slow
+def test_an_unsized_flood_is_sized_from_a_probe_of_the_workers(tmp_path: Path) -> None:
+    printed: list[str] = []
+    figures = simulate(
+        "flood",
+        *("--quiet-tenants", "5", "--quiet-events", "2", "--seconds", "0.5"),
+        *("--quiet-seconds", "1"),
+        tmp_path=tmp_path,
+        printed=printed,
+    )
+    found = figures["options"]["calibration"]
+    assert found["delivered_per_s"] > 0
+    # The flood offers OVERLOAD times what the probe saw delivered, over --seconds.
+    expected = int(round(found["delivered_per_s"] * found["overload"] * 0.5, -3))
+    assert figures["options"]["loud_events"] == found["loud_events"] == expected > 0
+    assert figures["runs"]["fair"]["delivered"] == expected + 10
+    assert "calibration: 1 workers x 8 slots delivered" in printed[0]
 
 
 @pytest.mark.slow

@@ -31,9 +31,10 @@ through the platform's accept path (bulk, in process). Every delivery's latency 
 measured from acceptance (the commit) to its arrival at the receiver.
 
 scenarios:
-  flood           one loud tenant sends 40,000 events in 25 s (about a minute of
-                  delivery on 2 cores); 200 quiet tenants send 3 events each during
-                  it. Reports quiet and loud latency, loud tenant's finish time.
+  flood           one loud tenant sends, for 40 s, four times what the workers deliver
+                  (a probe measures that first, unless --loud-events is given); 200
+                  quiet tenants send 3 events each during it. Reports quiet and loud
+                  latency, loud tenant's finish time.
   slow-endpoints  200 endpoints, 40 of which hang until their timeout (3 s). Reports
                   healthy endpoints' latency and the slots the hung ones held.
   retry-storm     a large endpoint is down (503) for 20 s while its retries pile up,
@@ -42,7 +43,8 @@ scenarios:
 
 --compare runs the fair platform and a baseline back to back: flood vs FIFO;
 slow-endpoints vs no caps, plus a run where nothing hangs; retry-storm vs no caps.
-A run takes about a minute; --rounds 3 repeats them for medians on a noisy machine.
+A run takes one to three minutes (a flood run drains its backlog, which the probe
+sized for this machine); --rounds 3 repeats them for medians on a noisy machine.
 
 examples:
   manage.py simulate flood --compare --plot flood.svg
@@ -99,7 +101,7 @@ class Command(BaseCommand):
         runs.add_argument(
             "--seconds",
             type=float,
-            help="how long traffic is sent (flood: the loud tenant, 25; slow-endpoints 30; retry-storm 40)",
+            help="how long traffic is sent (flood: the loud tenant, 40; slow-endpoints 30; retry-storm 40)",
         )
         runs.add_argument(
             "--cap",
@@ -117,7 +119,7 @@ class Command(BaseCommand):
         flood.add_argument(
             "--loud-events",
             type=int,
-            help="events the loud tenant sends during --seconds (default 40000: on a 2-core machine about a minute of delivery)",
+            help="events the loud tenant sends during --seconds (default: 4x the deliveries/s a probe run measures, times --seconds, so that any machine is overloaded)",
         )
         flood.add_argument(
             "--quiet-seconds",
