@@ -453,7 +453,7 @@ def create_backlog(
 ) -> list:
     """Tenants, one signed endpoint each, and N events with their deliveries (bulk)."""
     from delivery.models import Delivery
-    from tenants.models import Endpoint, EndpointSecret, Tenant
+    from tenants.models import Endpoint, Tenant  # endpoints get their signing secrets as made
     from webhooks.models import Event
 
     rng = random.Random(7)
@@ -466,7 +466,6 @@ def create_backlog(
             for t in rows
         ]
     )
-    EndpointSecret.objects.bulk_create([EndpointSecret(endpoint=e) for e in endpoints])
     new_events, new_deliveries = [], []
     for index in range(events):
         slot = index % tenants
@@ -745,7 +744,7 @@ def create_hung(listener_url: str, count: int, per_endpoint: int = 2) -> list:
     """`count` tenants with one endpoint each on the never-answering listener (cap 1,
     timeout 30 s) and `per_endpoint` deliveries each."""
     from delivery.models import Delivery
-    from tenants.models import Endpoint, EndpointSecret, Tenant
+    from tenants.models import Endpoint, Tenant  # endpoints get their signing secrets as made
     from webhooks.models import Event
 
     tenants = Tenant.objects.bulk_create(
@@ -763,7 +762,6 @@ def create_hung(listener_url: str, count: int, per_endpoint: int = 2) -> list:
             for t in tenants
         ]
     )
-    EndpointSecret.objects.bulk_create([EndpointSecret(endpoint=e) for e in endpoints])
     events, deliveries = [], []
     for tenant, endpoint in zip(tenants, endpoints, strict=True):
         for index in range(per_endpoint):

@@ -92,6 +92,30 @@ def mask_secret(secret: str) -> str:
     return f"{prefix + '_' if prefix else ''}{shown}…({len(secret)} chars)"
 
 
+class EndpointManager(models.Manager):
+    # On the manager itself: a QuerySet's override is not copied onto its manager
+    # (as_manager copies only the methods a manager lacks, and it has bulk_create).
+    def bulk_create(self, objs, *args, **kwargs) -> list["Endpoint"]:
+        """bulk_create skips save(): the signing endpoints it makes get their secrets here,
+        so that no way of creating endpoints leaves them unsigned."""
+        made = super().bulk_create(objs, *args, **kwargs)
+        signing = [endpoint for endpoint in made if endpoint.sign_requests and endpoint.pk]
+        if kwargs.get("ignore_conflicts") or kwargs.get("update_conflicts"):
+            # Rows that already existed come back too: give secrets only to those without.
+            with_secret = set(
+                EndpointSecret.objects.filter(endpoint__in=signing).values_list(
+                    "endpoint_id", flat=True
+                )
+            )
+            signing = [endpoint for endpoint in signing if endpoint.pk not in with_secret]
+        rows = EndpointSecret.objects.bulk_create(
+            [EndpointSecret(endpoint=endpoint) for endpoint in signing]
+        )
+        for endpoint, row in zip(signing, rows, strict=True):
+            endpoint.generated_secret = row.secret
+        return made
+
+
 class Endpoint(models.Model):
     """A URL we deliver to. With no tenant it is a shared gateway destination."""
 
@@ -152,9 +176,11 @@ class Endpoint(models.Model):
     last_failure_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
-    generated_secret: str | None = (
-        None  # set by save() on creation; never stored in plain elsewhere
-    )
+    objects = EndpointManager()
+
+    # Set when this instance created its secret (save, bulk_create), for its creator to
+    # show once; never stored in plain anywhere else.
+    generated_secret: str | None = None
 
     class Meta:
         ordering = ["tenant__key", "url"]

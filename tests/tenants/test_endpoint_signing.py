@@ -49,6 +49,21 @@ def test_an_endpoint_made_in_code_gets_a_usable_secret() -> None:
     assert endpoint.secrets.count() == 1 and endpoint.generated_secret is None
 
 
+def test_endpoints_made_in_bulk_get_their_secrets_too() -> None:
+    tenant = make_tenant("acme")
+    made = Endpoint.objects.bulk_create(
+        [
+            Endpoint(tenant=tenant, url="http://127.0.0.1:9/a"),
+            Endpoint(tenant=tenant, url="http://127.0.0.1:9/b", sign_requests=False),
+            Endpoint(tenant=tenant, url="http://127.0.0.1:9/c"),
+        ]
+    )
+
+    per_endpoint = {e.url[-1]: list(e.secrets.values_list("secret", flat=True)) for e in made}
+    assert [len(per_endpoint[name]) for name in "abc"] == [1, 0, 1]
+    assert made[0].generated_secret == per_endpoint["a"][0]
+
+
 def test_an_endpoint_that_opts_out_gets_no_secret() -> None:
     endpoint = make_endpoint(make_tenant("acme"), sign_requests=False)
     assert not endpoint.secrets.exists() and endpoint.generated_secret is None
