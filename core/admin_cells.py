@@ -9,8 +9,10 @@ the full value).
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -83,3 +85,11 @@ def timed(path: str, *, description: str | None = None) -> Callable[[object], st
         return when(_follow(obj, path))
 
     return cell
+
+
+def changelist_link(model: str, text: str, **lookups: object) -> str:
+    """A link to `model`'s ("app_label.model") admin list filtered by `lookups`: how one
+    admin page points at related rows of an app it may not import (the layers)."""
+    app_label, name = model.split(".")
+    url = reverse(f"admin:{app_label}_{name}_changelist")
+    return format_html('<a href="{}?{}">{}</a>', url, urlencode(lookups), text)

@@ -1,6 +1,7 @@
 """Deliveries and attempts: operators' view of what was sent, read-only."""
 
 from django.contrib import admin, messages
+from django.utils.html import format_html
 
 from core.admin_cells import clipped, timed
 from delivery.models import Attempt, Delivery
@@ -9,11 +10,33 @@ from webhooks.admin import ReadOnlyAdmin
 
 
 class AttemptInline(admin.TabularInline):
+    """Every attempt on the delivery's own page: what we sent, what came back."""
+
     model = Attempt
     extra = 0
     can_delete = False
-    fields = ["number", "started_at", "duration_ms", "status_code", "outcome", "error"]
+    fields = [
+        "number",
+        "started_at",
+        "duration_ms",
+        "status_code",
+        "outcome",
+        "error",
+        "sent_headers",
+        "response",
+    ]
     readonly_fields = fields
+
+    @admin.display(description="Request headers we sent")
+    def sent_headers(self, obj: Attempt) -> str:
+        lines = "\n".join(f"{name}: {value}" for name, value in (obj.request_headers or {}).items())
+        return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', lines)
+
+    @admin.display(description="Response (excerpt)")
+    def response(self, obj: Attempt) -> str:
+        return format_html(
+            '<pre style="white-space:pre-wrap;margin:0">{}</pre>', obj.response_excerpt[:1000]
+        )
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -34,7 +57,8 @@ class DeliveryAdmin(ReadOnlyAdmin):
         timed("delivered_at", description="delivered"),
     ]
     list_filter = ["status", "lane"]
-    search_fields = ["id", "event__id", "tenant__key", "endpoint__url"]
+    # Exact ids and keys (an index each, fast on a big table), a URL by any part of it.
+    search_fields = ["=id", "=event__id", "=tenant__key", "endpoint__url"]
     list_select_related = ["tenant", "endpoint"]
     date_hierarchy = "enqueued_at"
     inlines = [AttemptInline]
@@ -79,7 +103,12 @@ class AttemptAdmin(ReadOnlyAdmin):
         "outcome",
     ]
     list_filter = ["outcome", "status_code"]
-    search_fields = ["delivery__id"]
+    search_fields = [
+        "=delivery__id",
+        "=delivery__event__id",
+        "=delivery__tenant__key",
+        "delivery__endpoint__url",
+    ]
     date_hierarchy = "started_at"
     # The operations overview links to one tenant's attempts; a list filter over every
     # tenant would be a select of thousands, so these lookups are allowed by name instead.

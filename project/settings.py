@@ -150,6 +150,7 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
+FORMAT_MODULE_PATH = ["project.formats"]  # times to the second (project/formats/en)
 USE_I18N = True
 USE_TZ = True
 

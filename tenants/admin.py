@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin_cells import clipped
+from core.admin_cells import changelist_link, clipped
 from core.netguard import validate_destination_url
 from tenants import share
 from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
@@ -113,6 +113,7 @@ class EndpointAdmin(admin.ModelAdmin):
     list_select_related = ["tenant"]
     autocomplete_fields = ["tenant"]
     readonly_fields = [
+        "deliveries_link",
         "consecutive_failures",
         "failing_since",
         "last_success_at",
@@ -122,6 +123,14 @@ class EndpointAdmin(admin.ModelAdmin):
     ]
     inlines = [EndpointSecretInline]
     actions = ["reenable_endpoints", "reveal_signing_secrets"]
+
+    @admin.display(description="Deliveries")
+    def deliveries_link(self, obj: Endpoint) -> str:
+        if not obj.pk:
+            return "-"
+        return changelist_link(
+            "delivery.delivery", "this endpoint's deliveries", endpoint__id__exact=obj.pk
+        )
 
     def save_related(self, request, form, formsets, change) -> None:
         super().save_related(request, form, formsets, change)
@@ -206,7 +215,7 @@ class TenantAdmin(admin.ModelAdmin):
     ]
     list_filter = ["is_active", "weight", "auto_registered", "registered_by"]
     search_fields = ["key", "name"]
-    readonly_fields = ["created_at", "registered_by", "dashboard_link"]
+    readonly_fields = ["created_at", "registered_by", "dashboard_link", "history_links"]
     inlines = [EndpointInline, MembershipInline]
     actions = ["pause", "resume", "share_link"]
 
@@ -216,6 +225,16 @@ class TenantAdmin(admin.ModelAdmin):
             return "-"
         return format_html(
             '<a href="{}">dashboard</a>', reverse("tenants:dashboard", args=[obj.key])
+        )
+
+    @admin.display(description="History")
+    def history_links(self, obj: Tenant) -> str:
+        if not obj.pk:
+            return "-"
+        return format_html(
+            "{} · {}",
+            changelist_link("webhooks.event", "events", tenant__id__exact=obj.pk),
+            changelist_link("delivery.delivery", "deliveries", tenant__id__exact=obj.pk),
         )
 
     @admin.action(

@@ -124,3 +124,12 @@ def engine():
     yield start
     for running in engines:
         running.stop(graceful=True, timeout=10)
+
+
+@pytest.fixture
+def staff_client(client):
+    """The test client, signed in as a superuser ("root")."""
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client

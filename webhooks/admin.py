@@ -3,7 +3,7 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
-from core.admin_cells import clipped, timed
+from core.admin_cells import changelist_link, clipped, timed
 from tenants.admin import MaskedSecretInline
 from webhooks import key_hygiene
 from webhooks.models import ApiToken, Event, Source, SourceSecret
@@ -130,7 +130,16 @@ class EventAdmin(ReadOnlyAdmin):
     list_select_related = ["source", "tenant"]
     date_hierarchy = "received_at"
     exclude = ["payload"]
-    readonly_fields = ["payload_preview"]
+    readonly_fields = ["deliveries_link", "payload_preview"]
+
+    @admin.display(description="Deliveries")
+    def deliveries_link(self, obj: Event) -> str:
+        count = obj.deliveries.count()
+        return changelist_link(
+            "delivery.delivery",
+            f"{count} deliver{'y' if count == 1 else 'ies'}",
+            event__id__exact=obj.pk,
+        )
 
     @admin.display(description="Payload (first 5,000 bytes)")
     def payload_preview(self, obj: Event) -> str:

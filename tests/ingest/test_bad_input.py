@@ -5,7 +5,6 @@ import json
 import socket
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from delivery.models import Delivery
@@ -15,12 +14,6 @@ from tests.factories import make_endpoint, make_source, make_tenant
 from webhooks.models import ApiToken, Event, Source
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff_client(client):
-    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return client
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Operators' actions in the admin: pause/resume, re-enable, replay dead letters, secret checks."""
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from delivery.enqueueing import get_scheduler
@@ -11,12 +10,6 @@ from tenants.models import EndpointSecret
 from tests.factories import make_endpoint, make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def staff_client(client):
-    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return client
 
 
 def run_action(client, model: str, action: str, pks: list) -> None:

@@ -12,13 +12,6 @@ from tests.factories import make_backlog, make_endpoint, make_source, make_tenan
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff_client(client):
-    user = User.objects.create_superuser("root", "root@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
 def registered_models():
     return [model for model in admin.site._registry if model._meta.app_label != "auth"]
 
