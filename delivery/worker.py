@@ -10,12 +10,14 @@ a second one exits at once, and the leases of anything unfinished bring it back.
 """
 
 import logging
+import signal
 import threading
 
 import redis
 from django.conf import settings
 from django.db import close_old_connections
 from rq import Queue
+from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from core import redis_connection
@@ -31,6 +33,7 @@ class DeliveryWorker(SimpleWorker):
     # dequeues again; the sweeper that rebuilds the schedule runs as an RQ job, so keep
     # the wait short: recovery within seconds of Redis returning, not a minute.
     max_connection_wait_time = 5.0
+    _waiting_for_work = False  # blocked in RQ's dequeue (see request_stop)
 
     def work(self, *args, **kwargs) -> bool:
         self.engine = DeliveryEngine(worker_id=f"rq-{self.name}")
@@ -81,6 +84,44 @@ class DeliveryWorker(SimpleWorker):
             call(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             logger.warning("Redis unavailable, skipped the %s: %s", step, exc)
+
+    def unsubscribe(self) -> None:
+        # RQ sends UNSUBSCRIBE and then stops its listener thread. The listener can read
+        # the reply first, find no subscription left and go back to waiting up to a minute
+        # for one, while redis-py's stop() joins it without a bound: a SIGTERM'd worker
+        # hung that long on a busy machine. Stopping the loop first makes the reply that
+        # wakes the listener its last read, and every wait here is bounded.
+        listener = getattr(self, "pubsub_thread", None)
+        if listener is None:  # the subscription never happened (Redis was down)
+            return
+        listener.stop(timeout=0)
+        self._outside_an_outage("unsubscribe (rq commands)", self.pubsub.unsubscribe)
+        listener.join(timeout=1)
+        self.pubsub.close()
+
+    def request_stop(self, signum, frame) -> None:
+        # RQ's warm stop raises StopRequested out of the signal handler whenever the worker
+        # is not running a job, that is wherever the main thread happens to be. Caught while
+        # the engine's threads were starting (before RQ's loop and its teardown), it ended
+        # the process at once with a delivery in flight, exit code 1. Only a thread blocked
+        # waiting for a job needs interrupting; anywhere else, the loop sees the flag.
+        self._stop_requested = True
+        if self._waiting_for_work:
+            super().request_stop(signum, frame)
+            return
+        self._shutdown_requested_date = rq_now()  # a second signal within 1 s is a repeat
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        self.handle_warm_shutdown_request()
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        self._waiting_for_work = True
+        try:
+            if self._stop_requested:  # asked between the loop's check and here
+                return None  # RQ's loop ends on no job
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        finally:
+            self._waiting_for_work = False
 
     def request_force_stop(self, signum, frame):
         self._cold_stop = True

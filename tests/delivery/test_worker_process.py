@@ -2,6 +2,7 @@
 and recovery from a Redis that lost the schedule."""
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -29,8 +30,16 @@ def workers():
     yield start
     for process in started:
         if process.poll() is None:
-            process.kill()
-        process.wait(10)
+            # Still running means a test failed: faulthandler (PYTHONFAULTHANDLER) writes
+            # every thread's stack into the worker's log, which pytest then shows.
+            process.send_signal(signal.SIGABRT)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        with open(process.log_path, errors="replace") as log:
+            print(f"--- worker {process.pid} exited {process.returncode} ---\n{log.read()}")
 
 
 def test_worker_registers_in_rq_and_delivers(workers, redis_conn) -> None:
