@@ -11,8 +11,15 @@ from django.utils.html import format_html
 
 from core.admin_cells import changelist_link, clipped
 from core.netguard import validate_destination_url
-from tenants import share
-from tenants.models import Endpoint, EndpointSecret, Membership, Tenant, mask_secret
+from tenants import audit, share
+from tenants.models import (
+    AuditEntry,
+    Endpoint,
+    EndpointSecret,
+    Membership,
+    Tenant,
+    mask_secret,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +182,14 @@ class EndpointAdmin(admin.ModelAdmin):
             active = [row for row in endpoint.secrets.all() if row.is_active()]
             shown = ", ".join(row.secret for row in active) or "none active"
             self.log_change(request, endpoint, "Revealed the signing secret in full.")
+            audit.record(
+                actor=request.user,
+                action=AuditEntry.Action.SECRET_REVEALED,
+                via=AuditEntry.Via.ADMIN,
+                tenant=endpoint.tenant,
+                target=f"endpoint {endpoint.pk}",
+                url=endpoint.url,
+            )
             logger.warning(
                 "user %s revealed the signing secret of endpoint %s", request.user, endpoint.pk
             )
@@ -281,3 +296,24 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role"]
     search_fields = ["user__username", "tenant__key"]
     autocomplete_fields = ["user", "tenant"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The trail is evidence: nobody adds, edits or deletes it here."""
+
+    list_display = ["at", "actor_name", "action", "via", "tenant", "target"]
+    list_filter = ["action", "via"]
+    list_select_related = ["tenant"]
+    search_fields = ["=tenant__key", "actor_name", "target"]
+    date_hierarchy = "at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

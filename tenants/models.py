@@ -290,3 +290,50 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role}) of {self.tenant}"
+
+
+class AuditEntry(models.Model):
+    """Who did what to a tenant's endpoints and deliveries, and when: resends, replays,
+    endpoint changes, secrets revealed or rotated. Operators read it in the admin, a
+    tenant's admins on their portal. Rows are written once and never changed."""
+
+    class Action(models.TextChoices):
+        ENDPOINT_CREATED = "endpoint.created", "Endpoint created"
+        ENDPOINT_CHANGED = "endpoint.changed", "Endpoint changed"
+        ENDPOINT_DISABLED = "endpoint.disabled", "Endpoint disabled"
+        ENDPOINT_ENABLED = "endpoint.enabled", "Endpoint enabled"
+        SECRET_REVEALED = "secret.revealed", "Signing secret revealed"
+        SECRET_ROTATED = "secret.rotated", "Signing secret rotated"
+        TEST_EVENT_SENT = "test_event.sent", "Test event sent"
+        DELIVERY_RESENT = "delivery.resent", "Delivery resent"
+        DELIVERY_RETRIED = "delivery.retried", "Delivery retried now"
+        REPLAY_STARTED = "replay.started", "Replay started"
+        REPLAY_CANCELLED = "replay.cancelled", "Replay cancelled"
+
+    class Via(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        PORTAL = "portal", "Tenant portal"
+        API = "api", "API"
+
+    at = models.DateTimeField(default=timezone.now, editable=False)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # Kept beside the foreign key so the record still names who it was once the user
+    # is deleted.
+    actor_name = models.CharField(max_length=150)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
+    action = models.CharField(max_length=32, choices=Action.choices)
+    via = models.CharField(max_length=10, choices=Via.choices)
+    target = models.CharField(max_length=200, blank=True, help_text="e.g. 'endpoint 12'")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target}"

@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from core.signatures import standard_webhooks_key
-from tenants.models import Endpoint, EndpointSecret
+from tenants.models import AuditEntry, Endpoint, EndpointSecret
 from tests.factories import make_endpoint, make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -134,6 +134,12 @@ def test_reveal_shows_the_secret_to_a_permitted_user_and_is_logged(root_client) 
     entry = LogEntry.objects.get(object_id=str(endpoint.pk))
     assert "Revealed" in entry.get_change_message()
     assert entry.user.username == "root"
+    trail = AuditEntry.objects.get()
+    assert (trail.actor_name, trail.action, trail.via) == ("root", "secret.revealed", "admin")
+    assert (trail.tenant, trail.target) == (endpoint.tenant, f"endpoint {endpoint.pk}")
+    assert secret not in str(trail.detail)
+    trail_page = root_client.get(reverse("admin:tenants_auditentry_changelist"))
+    assert f"endpoint {endpoint.pk}" in trail_page.content.decode()
 
 
 def test_reveal_is_refused_without_the_permission(client) -> None:
@@ -150,6 +156,7 @@ def test_reveal_is_refused_without_the_permission(client) -> None:
     assert secret not in response.content.decode()
     assert not any(secret in str(m) for m in response.context["messages"])
     assert not LogEntry.objects.exists()
+    assert not AuditEntry.objects.exists()
     user.user_permissions.add(Permission.objects.get(codename="reveal_endpoint_secret"))
     user = User.objects.get(pk=user.pk)  # a fresh permission cache
     client.force_login(user)
