@@ -118,7 +118,8 @@ class Command(BaseCommand):
         except Exception as exc:  # a status line must never stop the platform
             self.stdout.write(f"[{elapsed:4.0f}s] scheduler unavailable: {exc}")
             return last_delivered
-        keys = dict(Tenant.objects.values_list("pk", "key"))
+        ids = {row.tenant_id for row in snapshot.tenants}  # at most top_n, not every tenant
+        keys = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "key"))
         rows = {keys.get(row.tenant_id, "?"): row for row in snapshot.tenants}
         loud = rows.get(demo.LOUD_TENANT)
         quiet = [rows[key].oldest_age_seconds for key in demo.QUIET_TENANTS[:3] if key in rows]
