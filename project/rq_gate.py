@@ -10,6 +10,7 @@ superusers have every permission. The API views (stats.json, metrics) are gated 
 the platform's own /metrics is what monitoring reads.
 """
 
+import importlib.util
 from collections.abc import Callable
 from functools import wraps
 
@@ -20,7 +21,9 @@ from django.urls import URLPattern
 from django_rq.admin import QueueAdmin
 from django_rq.connection_utils import get_unique_connection_configs
 from django_rq.models import Dashboard
+from django_rq.queues import get_queue_by_index
 from django_rq.settings import get_queues_list
+from rq import Worker
 from rq.exceptions import NoSuchJobError
 
 PERMISSION = "django_rq.admin"
@@ -34,6 +37,22 @@ INDEXES: dict[str, Callable[[], int]] = {
 View = Callable[..., HttpResponse]
 
 
+def _missing(kwargs: dict[str, object]) -> str | None:
+    """What the URL names that does not exist (django-rq answers 500 to these), or None."""
+    if any(int(kwargs[name]) >= size() for name, size in INDEXES.items() if name in kwargs):
+        return "No such queue or connection."
+    if "scheduler_index" in kwargs and importlib.util.find_spec("rq_scheduler") is None:
+        return "No scheduler: rq-scheduler is not installed (the platform does not use it)."
+    if "key" in kwargs:  # a worker's page: django-rq asserts the worker exists
+        connection = get_queue_by_index(int(kwargs["queue_index"])).connection
+        try:
+            if Worker.find_by_key(str(kwargs["key"]), connection=connection) is None:
+                return "No such worker."
+        except ValueError:  # not even shaped like a worker key
+            return "No such worker."
+    return None
+
+
 def require_queue_permission(view: View) -> View:
     """`view` for active staff with PERMISSION; an unknown queue or job is a 404."""
 
@@ -41,8 +60,9 @@ def require_queue_permission(view: View) -> View:
     def checked(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         if not request.user.has_perm(PERMISSION):
             raise PermissionDenied
-        if any(int(kwargs[name]) >= size() for name, size in INDEXES.items() if name in kwargs):
-            raise Http404("No such queue or connection.")
+        missing = _missing(kwargs)
+        if missing is not None:
+            raise Http404(missing)
         try:
             return view(request, *args, **kwargs)
         except NoSuchJobError as exc:

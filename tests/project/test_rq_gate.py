@@ -106,3 +106,28 @@ def test_a_queue_or_job_that_does_not_exist_is_404_not_500(client) -> None:
     for url in missing:
         assert client.get(url).status_code == 404, url
         assert client.get(in_admin(url)).status_code == 404, in_admin(url)
+
+
+def test_no_rq_page_answers_500_to_a_permitted_user(client) -> None:
+    """Whatever an operator types in the URL: unknown workers, schedulers (rq-scheduler is
+    not installed), jobs and results are a 4xx, never a server error."""
+    client.force_login(queue_operator())
+    client.raise_request_exception = False
+    for url in every_rq_url():
+        for page in (url, in_admin(url)):
+            status = client.get(page).status_code
+            assert status < 500, (page, status)
+
+
+def test_a_registered_workers_page_still_opens(client) -> None:
+    from rq import Worker
+
+    worker = Worker(["default"], connection=django_rq.get_connection("default"))
+    worker.register_birth()
+    try:
+        client.force_login(queue_operator())
+        page = reverse("django_rq:worker_details", args=[DEFAULT, worker.key])
+        assert client.get(page).status_code == 200
+        assert worker.name in client.get(page).content.decode()
+    finally:
+        worker.register_death()
