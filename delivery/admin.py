@@ -65,6 +65,7 @@ class DeliveryAdmin(DeliveryPageMixin, ReadOnlyAdmin):
     search_fields = ["=id", "=event__id", "=tenant__key", "endpoint__url"]
     list_select_related = ["tenant", "endpoint"]
     date_hierarchy = "enqueued_at"
+    show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     inlines = [AttemptInline]
     actions = ["replay_dead_letters"]
     # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which

@@ -23,6 +23,10 @@ class RetryNow(enum.Enum):
         "no longer waiting for its retry time (a worker already queued or picked it, or "
         "it finished meanwhile): nothing changed, it is not sent twice"
     )
+    NOT_IN_SCHEDULE = (
+        "is not in the schedule yet (saved while Redis was unreachable): the maintenance "
+        "sweep adds it at its next attempt time; nothing changed"
+    )
     UNAVAILABLE = "not changed: the schedule (Redis) is unreachable, try again shortly"
 
     def message(self, delivery: Delivery) -> str:
@@ -35,10 +39,13 @@ def retry_now(delivery: Delivery) -> RetryNow:
     """Move a retry_scheduled delivery from the delayed set into its lane, atomically in
     Redis (one script: a pick cannot promote it in between), then record the new time on
     the row. The row is read fresh: the page the operator pressed on may be stale."""
-    current = Delivery.objects.filter(pk=delivery.pk).values_list("status", flat=True).first()
-    if current != Delivery.Status.RETRY_SCHEDULED:
-        delivery.status = current or delivery.status
+    current = Delivery.objects.filter(pk=delivery.pk).values("status", "needs_schedule").first()
+    if current is None or current["status"] != Delivery.Status.RETRY_SCHEDULED:
+        delivery.status = current["status"] if current else delivery.status
         return RetryNow.NOT_SCHEDULED
+    if current["needs_schedule"]:
+        # Not in Redis at all: promoting would find nothing, and the sweep enqueues it.
+        return RetryNow.NOT_IN_SCHEDULE
     try:
         moved = get_scheduler().promote(delivery.pk, delivery.tenant_id, delivery.endpoint_id)
     except redis.RedisError as exc:

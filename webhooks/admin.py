@@ -131,6 +131,7 @@ class EventAdmin(ReadOnlyAdmin):
     search_fields = ["id", "event_type", "idempotency_key", "tenant__key"]
     list_select_related = ["source", "tenant"]
     date_hierarchy = "received_at"
+    show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     exclude = ["payload"]
     readonly_fields = ["deliveries_link", "payload_preview"]
 

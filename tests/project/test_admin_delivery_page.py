@@ -196,6 +196,22 @@ def test_retry_now_of_a_finished_delivery_changes_nothing(staff_client) -> None:
     assert picked_ids() == [] and not AuditEntry.objects.exists()
 
 
+def test_retry_now_of_a_delivery_not_yet_in_the_schedule_says_so(staff_client) -> None:
+    delivery = waiting_for_retry()
+    Delivery.objects.filter(pk=delivery.pk).update(needs_schedule=True)
+    html = staff_client.post(
+        reverse("admin:delivery_delivery_retry_now", args=[delivery.pk]), follow=True
+    ).content.decode()
+    assert "is not in the schedule yet" in html
+    assert Delivery.objects.get(pk=delivery.pk).next_attempt_at == delivery.next_attempt_at
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_button_for_an_unknown_delivery_is_a_404(staff_client) -> None:
+    url = reverse("admin:delivery_delivery_resend", args=["01NOSUCHDELIVERY0000000000"])
+    assert staff_client.post(url).status_code == 404
+
+
 @pytest.mark.parametrize("action", ["resend", "retry_now"])
 def test_the_buttons_need_the_change_permission(action) -> None:
     delivery = waiting_for_retry() if action == "retry_now" else finished(Delivery.Status.DEAD)
