@@ -277,6 +277,14 @@ def test_the_endpoint_box_narrows_and_keeps_other_filters(staff_client, two_shop
     assert f'name="endpoint_id" value="{first.endpoint_id}"' in both.content.decode()
 
 
+def test_the_boxes_work_with_the_admins_counts_shown(staff_client, two_shops) -> None:
+    first, second, _other = two_shops
+    listed = staff_client.get(
+        reverse("admin:delivery_delivery_changelist"), {"tenant_key": "acme", "_facets": "1"}
+    )
+    assert listed_ids(listed) == {first.pk, second.pk}
+
+
 def test_a_bad_endpoint_id_is_a_clear_message(staff_client, two_shops) -> None:
     response = staff_client.get(
         reverse("admin:delivery_delivery_changelist"), {"endpoint_id": "abc"}
