@@ -4,8 +4,10 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from core.admin_cells import clipped, timed
+from delivery.admin_page import DeliveryPageMixin
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
+from tenants.admin_filters import EndpointIdFilter, TenantKeyFilter
 from webhooks.admin import ReadOnlyAdmin
 
 
@@ -43,7 +45,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ReadOnlyAdmin):
+class DeliveryAdmin(DeliveryPageMixin, ReadOnlyAdmin):
     # Clipped ids, keys and URLs and compact times: the whole list fits a laptop's window.
     list_display = [
         clipped("id", 11, keep_end=True),
@@ -56,11 +58,14 @@ class DeliveryAdmin(ReadOnlyAdmin):
         timed("next_attempt_at", description="next attempt"),
         timed("delivered_at", description="delivered"),
     ]
-    list_filter = ["status", "lane"]
+    # Tenant and endpoint are boxes for an exact key or id, not Django's select of every
+    # tenant (thousands of links on each list view); see tenants/admin_filters.py.
+    list_filter = ["status", "lane", TenantKeyFilter, EndpointIdFilter]
     # Exact ids and keys (an index each, fast on a big table), a URL by any part of it.
     search_fields = ["=id", "=event__id", "=tenant__key", "endpoint__url"]
     list_select_related = ["tenant", "endpoint"]
     date_hierarchy = "enqueued_at"
+    show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     inlines = [AttemptInline]
     actions = ["replay_dead_letters"]
     # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which
@@ -73,8 +78,13 @@ class DeliveryAdmin(ReadOnlyAdmin):
         messages.success(request, f"{count} dead deliveries put back in their tenants' lanes.")
 
     def has_change_permission(self, request, obj=None) -> bool:
-        # Actions need change permission; the form itself stays read-only (fields below).
-        return request.user.has_perm("delivery.change_delivery")
+        # The list's actions need change permission; a delivery's own page is view-only
+        # for everyone (no Save, no Delete, a POST is refused): its buttons are in
+        # DeliveryPageMixin, each with its own URL and permission check.
+        return obj is None and request.user.has_perm("delivery.change_delivery")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return obj is None and super().has_delete_permission(request)
 
     def get_readonly_fields(self, request, obj=None):
         return [

@@ -136,7 +136,7 @@ class EndpointAdmin(admin.ModelAdmin):
         if not obj.pk:
             return "-"
         return changelist_link(
-            "delivery.delivery", "this endpoint's deliveries", endpoint__id__exact=obj.pk
+            "delivery.delivery", "this endpoint's deliveries", endpoint_id=obj.pk
         )
 
     def save_related(self, request, form, formsets, change) -> None:
@@ -249,7 +249,7 @@ class TenantAdmin(admin.ModelAdmin):
         return format_html(
             "{} · {}",
             changelist_link("webhooks.event", "events", tenant__id__exact=obj.pk),
-            changelist_link("delivery.delivery", "deliveries", tenant__id__exact=obj.pk),
+            changelist_link("delivery.delivery", "deliveries", tenant_key=obj.key),
         )
 
     @admin.action(

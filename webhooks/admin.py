@@ -5,7 +5,9 @@ from django.utils.html import format_html
 
 from core.admin_cells import changelist_link, clipped, timed
 from tenants.admin import MaskedSecretInline
+from tenants.admin_filters import TenantKeyFilter
 from webhooks import key_hygiene
+from webhooks.admin_payload import PayloadFilter, search_payload
 from webhooks.models import ApiToken, Event, Source, SourceSecret
 
 
@@ -125,12 +127,19 @@ class EventAdmin(ReadOnlyAdmin):
         clipped("event_type", 32, description="event type"),
         clipped("fallback_reason", 32, description="fallback reason"),
     ]
-    list_filter = ["source", "received_at"]
+    list_filter = ["source", "received_at", TenantKeyFilter, PayloadFilter]
     search_fields = ["id", "event_type", "idempotency_key", "tenant__key"]
     list_select_related = ["source", "tenant"]
     date_hierarchy = "received_at"
+    show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     exclude = ["payload"]
     readonly_fields = ["deliveries_link", "payload_preview"]
+
+    def get_search_results(self, request, queryset, search_term):
+        # After every filter (Django applies the search last): the payload search sees the
+        # narrowed list, which bounds what it reads (see webhooks/admin_payload.py).
+        queryset, duplicates = super().get_search_results(request, queryset, search_term)
+        return search_payload(request, queryset), duplicates
 
     @admin.display(description="Deliveries")
     def deliveries_link(self, obj: Event) -> str:

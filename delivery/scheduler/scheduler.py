@@ -15,7 +15,7 @@ import redis
 from core.ids import ULID_LENGTH, new_ulid
 
 from . import keys, scripts, snapshot
-from .values import Item, Lease, PickResult, Snapshot
+from .values import RETRY, Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
 _OUTCOME = re.compile(r"[a-z_]{1,32}")
@@ -167,6 +167,21 @@ class Scheduler:
         """Free the slot and hold the delivery until due_at, when it enters its tenant's
         retry lane. False if the lease was lost already (nothing was changed)."""
         return bool(self._run("retry_later", _member(lease), repr(float(due_at))))
+
+    def promote(self, delivery_id: str, tenant_id: int | None, endpoint_id: int) -> bool:
+        """Retry now: a delivery held until its retry time enters its tenant's retry lane
+        at once (behind what that lane holds already, so still at the tenant's pace).
+        False if it was not held (a pick promoted it already, a worker has it, it finished
+        or it is not in the schedule): nothing changed, so it is never sent twice."""
+        member = "|".join(
+            (
+                delivery_id,
+                keys.tenant_token(tenant_id),
+                str(int(endpoint_id)),
+                keys.KIND_OF_LANE[RETRY],
+            )
+        )
+        return bool(self._run("promote", member))
 
     def renew(self, leases: Sequence[Lease]) -> list[str]:
         """Push the deadlines lease_seconds ahead; returns the ids whose lease was lost."""

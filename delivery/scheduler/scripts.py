@@ -17,6 +17,7 @@ _PARTS = {
     "ack": ("lib", "ack"),
     "answered": ("lib", "answered"),
     "retry_later": ("lib", "retry_later"),
+    "promote": ("lib", "promote"),
     "renew": ("lib", "renew"),
     "set_tenant": ("lib", "set_tenant"),
     "set_endpoint": ("lib", "set_endpoint"),
