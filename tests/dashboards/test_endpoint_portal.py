@@ -9,11 +9,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboards.endpoint_health import endpoint_health
+from dashboards.endpoint_health import endpoint_health, recent_attempts
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
 from ingest.publish import publish
@@ -129,6 +130,21 @@ def test_health_is_computed_from_the_endpoints_own_attempts_per_window(client, s
     assert "60 %" in row and "300 / 1000 ms" in row
     assert ">7<" in row
     assert "b-only" not in page  # B's endpoint is not listed on A's page
+
+
+def test_the_health_query_is_a_range_of_the_endpoint_started_index(shop) -> None:
+    # Other endpoints' history, so a planner has a reason to prefer the index.
+    event = Event.objects.create(tenant=shop["a"], event_type="t", payload=b"{}")
+    delivery = Delivery.objects.create(event=event, endpoint=shop["ep2"], tenant=shop["a"])
+    Attempt.objects.bulk_create(
+        Attempt(delivery=delivery, endpoint=shop["ep2"], number=n, outcome="delivered")
+        for n in range(500)
+    )
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(Attempt._meta.db_table)}")
+    plan = recent_attempts(shop["ep"].pk, timezone.now()).explain()
+    assert "attempt_endpoint_started_idx" in plan, plan
 
 
 def test_the_list_shows_disabled_endpoints_with_their_reason_and_no_shared_ones(client, shop):
@@ -438,6 +454,17 @@ def test_posts_need_a_csrf_token(shop) -> None:
     )
     assert response.status_code == 200
     assert AuditEntry.objects.filter(action=Action.SECRET_REVEALED).count() == 1
+
+
+def test_member_pages_keep_the_origin_header_for_their_forms(client, shop) -> None:
+    # With no-referrer a browser sends "Origin: null" on a form POST, and Django's CSRF
+    # check refuses it; same-origin still tells other sites nothing.
+    client.force_login(shop["admin"])
+    for target in (url("dashboard", shop["a"]), url("endpoint", shop["a"], shop["ep"].pk)):
+        assert client.get(target)["Referrer-Policy"] == "same-origin"
+    token = share.make_token(shop["a"])
+    shared = client.get(reverse("tenants:shared", args=[shop["a"].key, token]))
+    assert shared["Referrer-Policy"] == "no-referrer"
 
 
 def test_a_share_link_opens_none_of_it(client, shop) -> None:
