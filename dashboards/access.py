@@ -71,8 +71,8 @@ TenantView = Callable[..., HttpResponse]
 
 def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
     """Wrap a view taking (request, access, **kwargs): resolves `key` (and `token`) first.
-    Pages are private and live, so nothing is cached, and a share token must not leak
-    to other sites through the Referer header."""
+    Pages are private and live, so nothing is cached, and nothing leaks to other sites
+    through the Referer header (a share token least of all)."""
 
     @wraps(view)
     @never_cache
@@ -89,7 +89,11 @@ def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
             )
         else:
             response = view(request, access, **kwargs)
-        response["Referrer-Policy"] = "no-referrer"
+        # A share token is in the URL: nothing may carry it anywhere. A member's page has
+        # no token, and its forms need the Origin header that no-referrer would make
+        # "null" (Django's CSRF check then refuses every POST): same-origin sends it to
+        # this site only.
+        response["Referrer-Policy"] = "no-referrer" if token is not None else "same-origin"
         response["X-Robots-Tag"] = "noindex, nofollow"
         return response
 

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from dashboards import views
+from dashboards import audit_views, endpoint_views, views
 
 app_name = "tenants"
 
@@ -12,6 +12,8 @@ KEY = r"(?P<key>[^/]+)"
 # django.core.signing output: URL-safe base64 and colons.
 SIGNED = r"(?P<token>[A-Za-z0-9_:\-]+)"
 CHART = r"(?P<name>[a-z-]+)"
+ENDPOINT = r"(?P<endpoint_id>[0-9]{1,18})"
+ULID = r"(?P<delivery_id>[0-9A-Za-z]{26})"
 
 urlpatterns = [
     path(
@@ -30,6 +32,39 @@ urlpatterns = [
     re_path(rf"^t/{KEY}/$", views.dashboard, name="dashboard"),
     re_path(rf"^t/{KEY}/status\.json$", views.status_json, name="status"),
     re_path(rf"^t/{KEY}/charts/{CHART}\.svg$", views.chart_svg, name="chart"),
+    # The portal's endpoint and audit pages: members only, never through a share link.
+    re_path(rf"^t/{KEY}/endpoints/$", endpoint_views.endpoint_list, name="endpoints"),
+    re_path(rf"^t/{KEY}/endpoints/new/$", endpoint_views.endpoint_new, name="endpoint-new"),
+    re_path(rf"^t/{KEY}/endpoints/{ENDPOINT}/$", endpoint_views.endpoint_detail, name="endpoint"),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/disable/$",
+        endpoint_views.endpoint_disable,
+        name="endpoint-disable",
+    ),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/enable/$",
+        endpoint_views.endpoint_enable,
+        name="endpoint-enable",
+    ),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/secret/reveal/$",
+        endpoint_views.secret_reveal,
+        name="endpoint-secret-reveal",
+    ),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/secret/rotate/$",
+        endpoint_views.secret_rotate,
+        name="endpoint-secret-rotate",
+    ),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/test/$", endpoint_views.send_test, name="endpoint-test"
+    ),
+    re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/deliveries/{ULID}/$",
+        endpoint_views.endpoint_delivery,
+        name="endpoint-delivery",
+    ),
+    re_path(rf"^t/{KEY}/audit/$", audit_views.audit_trail, name="audit"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/$", views.dashboard, name="shared"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/status\.json$", views.status_json, name="shared-status"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/charts/{CHART}\.svg$", views.chart_svg, name="shared-chart"),

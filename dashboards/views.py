@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from dashboards import pacing, status
 from dashboards.access import TenantAccess, tenant_view
+from dashboards.roles import is_tenant_admin
 from delivery import history
 from delivery.models import Attempt, Delivery
 from tenants.models import Endpoint, Tenant
@@ -284,6 +285,8 @@ def dashboard(request: HttpRequest, access: TenantAccess) -> HttpResponse:
             "status_url": urls["status"],
             "chart_urls": {name.replace("-", "_"): url for name, url in urls["charts"].items()},
             "poll_seconds": POLL_SECONDS,
+            # The portal's links (endpoints, audit) are for members, never a share link.
+            "is_admin": is_tenant_admin(request, access),
         },
     )
 

@@ -110,6 +110,7 @@ def _attempt(item: Sent) -> dict[str, Any]:
     result = item.result
     return {
         "delivery_id": item.delivery.pk,
+        "endpoint_id": item.delivery.endpoint_id,
         "number": item.delivery.attempts + 1,
         "started_at": item.started_at,
         "duration_ms": result.duration_ms,

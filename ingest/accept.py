@@ -190,8 +190,18 @@ def _new_event(fields: EventFields) -> Event:
 
 
 def accept(**fields: Unpack[EventFields]) -> Accepted:
+    endpoints = destinations_for(fields["source"], fields["tenant"], fields["event_type"])
+    return _store(fields, endpoints)
+
+
+def accept_to(endpoints: list[Endpoint], **fields: Unpack[EventFields]) -> Accepted:
+    """`accept` to the given endpoints only, not the tenant's fan-out: a test event a
+    tenant sends to one endpoint. It still waits in the tenant's lane like any event."""
+    return _store(fields, endpoints)
+
+
+def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
     source, tenant, idempotency_key = fields["source"], fields["tenant"], fields["idempotency_key"]
-    endpoints = destinations_for(source, tenant, fields["event_type"])
     event = _new_event(fields)
     deliveries = _deliveries_for(event, endpoints)
     # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and

@@ -7,8 +7,8 @@ calls the same code. Events are persisted, then enqueued on commit.
 import json
 from dataclasses import dataclass
 
-from ingest.accept import Accepted, accept, accept_many
-from tenants.models import Tenant
+from ingest.accept import Accepted, accept, accept_many, accept_to
+from tenants.models import Endpoint, Tenant
 
 MAX_EVENT_TYPE_LENGTH = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
@@ -127,6 +127,19 @@ def publish(
         }
     )
     return accept(**_accept_kwargs(request))
+
+
+def publish_to_endpoint(endpoint: Endpoint, event_type: str, payload: object) -> Accepted:
+    """Publish one event of the endpoint's tenant to that endpoint alone, whatever its
+    event-type filter (a "send a test event" button): validated like any event and
+    queued in the tenant's lane, but never fanned out to the tenant's other endpoints."""
+    if endpoint.tenant_id is None:
+        raise PublishError("endpoint", "a shared destination has no tenant to publish for")
+    request = validate(
+        {"tenant": endpoint.tenant.key, "event_type": event_type, "payload": payload},
+        allowed_tenant=endpoint.tenant,
+    )
+    return accept_to([endpoint], **_accept_kwargs(request))
 
 
 def publish_batch(requests: list[PublishRequest]) -> list[Accepted]:

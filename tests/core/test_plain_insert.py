@@ -22,6 +22,7 @@ def test_attempts_read_back_like_orm_rows_and_get_their_ids_from_the_database() 
     delivery = Delivery.objects.create(event=event, endpoint=endpoint, tenant=tenant)
     values = {
         "delivery": delivery,
+        "endpoint": endpoint,
         "number": 3,
         "started_at": datetime(2026, 12, 3, 7, 15, 30, 123456, tzinfo=UTC),
         "duration_ms": 41,
@@ -33,8 +34,8 @@ def test_attempts_read_back_like_orm_rows_and_get_their_ids_from_the_database() 
     }
     reference = Attempt.objects.create(**values)
 
-    by_attname = {"delivery_id": delivery.pk, **values}
-    del by_attname["delivery"]
+    by_attname = {"delivery_id": delivery.pk, "endpoint_id": endpoint.pk, **values}
+    del by_attname["delivery"], by_attname["endpoint"]
 
     many = plain_insert.COPY_FROM_ROWS  # on PostgreSQL these go by COPY, the last by INSERT
     plain_insert.execute(
@@ -97,6 +98,7 @@ def test_rows_go_in_as_few_statements_as_the_parameter_limit_allows(
     rows = [
         {
             "delivery_id": delivery.pk,
+            "endpoint_id": endpoint.pk,
             "number": number,
             "started_at": datetime(2026, 12, 3, 7, 15, tzinfo=UTC),
             "duration_ms": number,

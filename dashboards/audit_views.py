@@ -1,0 +1,56 @@
+"""/t/<key>/audit/: a tenant's own audit trail, for its admins only (viewers get 403 and
+no link: the trail names who did what, which is the admins' business).
+
+Newest first, a page at a time by keyset on (at, id), the order of the (tenant, -at)
+index: no COUNT and no OFFSET, so the hundredth page costs what the first does.
+"""
+
+import json
+
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.shortcuts import render
+from django.urls import reverse
+
+from dashboards.access import TenantAccess, tenant_view
+from dashboards.roles import is_tenant_admin
+from tenants.models import AuditEntry
+
+PAGE_SIZE = 50
+
+
+@tenant_view
+def audit_trail(request: HttpRequest, access: TenantAccess) -> HttpResponse:
+    if not is_tenant_admin(request, access):
+        return HttpResponseForbidden("Only an admin of this tenant may read its audit trail.")
+    entries = AuditEntry.objects.filter(tenant=access.tenant)
+    before = request.GET.get("before")
+    if before is not None:
+        # The cursor is the last entry shown: an id, looked up within this tenant only.
+        if not before.isdigit():
+            return HttpResponseBadRequest("The 'before' cursor must be an entry id.")
+        cursor = entries.filter(pk=int(before)).values_list("at", "pk").first()
+        if cursor is None:
+            return HttpResponseBadRequest("No such entry in this tenant's audit trail.")
+        at, pk = cursor
+        entries = entries.filter(Q(at__lt=at) | Q(at=at, pk__lt=pk))
+    page = list(entries.order_by("-at", "-pk")[: PAGE_SIZE + 1])
+    more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    next_url = None
+    if more:
+        next_url = reverse("tenants:audit", args=[access.tenant.key]) + f"?before={page[-1].pk}"
+    return render(
+        request,
+        "dashboards/audit.html",
+        {
+            "access": access,
+            "tenant": access.tenant,
+            "entries": [
+                (entry, json.dumps(entry.detail, sort_keys=True, ensure_ascii=False))
+                for entry in page
+            ],
+            "next_url": next_url,
+            "first_page": before is None,
+        },
+    )

@@ -1,0 +1,166 @@
+"""What a tenant admin changes on the portal, each change with its audit entry.
+
+Views call these after checking the role; these never check permissions themselves.
+Secrets go to the caller (to show once) and nowhere else: not to the audit detail, not
+to a log line.
+"""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from delivery import endpoint_health
+from ingest.accept import Accepted
+from ingest.publish import publish_to_endpoint
+from tenants import audit
+from tenants.models import AuditEntry, Endpoint, EndpointSecret
+
+logger = logging.getLogger(__name__)
+
+PORTAL = AuditEntry.Via.PORTAL
+EDITABLE = ("url", "description", "event_types")
+TEST_EVENT_TYPE = "webhook.test"
+
+
+def _target(endpoint: Endpoint) -> str:
+    return f"endpoint {endpoint.pk}"
+
+
+def create_endpoint(endpoint: Endpoint, actor) -> str | None:
+    """Save a new endpoint (tenant already set); returns its generated secret, if any."""
+    with transaction.atomic():
+        endpoint.save()
+        audit.record(
+            actor=actor,
+            action=AuditEntry.Action.ENDPOINT_CREATED,
+            via=PORTAL,
+            tenant=endpoint.tenant,
+            target=_target(endpoint),
+            new={field: getattr(endpoint, field) for field in EDITABLE},
+        )
+    return endpoint.generated_secret
+
+
+def change_endpoint(endpoint: Endpoint, before: dict[str, Any], actor) -> dict[str, Any]:
+    """Save edited fields; audit old and new values of those that changed (none: no row)."""
+    changed = {f: before[f] for f in EDITABLE if before[f] != getattr(endpoint, f)}
+    if not changed:
+        return {}
+    with transaction.atomic():
+        endpoint.save(update_fields=list(changed))
+        audit.record(
+            actor=actor,
+            action=AuditEntry.Action.ENDPOINT_CHANGED,
+            via=PORTAL,
+            tenant=endpoint.tenant,
+            target=_target(endpoint),
+            old=changed,
+            new={f: getattr(endpoint, f) for f in changed},
+        )
+    return changed
+
+
+def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
+    """Disable with the admin's reason; its deliveries are held, not lost. False if it
+    was already disabled."""
+    with transaction.atomic():
+        done = endpoint_health.disable(endpoint, f"Disabled by {actor.get_username()}: {reason}")
+        if done:
+            audit.record(
+                actor=actor,
+                action=AuditEntry.Action.ENDPOINT_DISABLED,
+                via=PORTAL,
+                tenant=endpoint.tenant,
+                target=_target(endpoint),
+                reason=reason,
+                old={"enabled": True},
+                new={"enabled": False},
+            )
+    return done
+
+
+def enable_endpoint(endpoint: Endpoint, actor) -> int:
+    """Re-enable; its held deliveries resume in order. Returns how many resumed."""
+    old_reason = endpoint.disabled_reason
+    with transaction.atomic():
+        resumed = endpoint.enable()
+        audit.record(
+            actor=actor,
+            action=AuditEntry.Action.ENDPOINT_ENABLED,
+            via=PORTAL,
+            tenant=endpoint.tenant,
+            target=_target(endpoint),
+            old={"enabled": False, "disabled_reason": old_reason},
+            new={"enabled": True},
+            resumed=resumed,
+        )
+    return resumed
+
+
+def active_secrets(endpoint: Endpoint) -> list[EndpointSecret]:
+    now = timezone.now()
+    return list(endpoint.secrets.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+
+
+def reveal_secrets(endpoint: Endpoint, actor) -> list[EndpointSecret]:
+    """The active secrets, for the caller to show once; the act is audited."""
+    shown = active_secrets(endpoint)
+    audit.record(
+        actor=actor,
+        action=AuditEntry.Action.SECRET_REVEALED,
+        via=PORTAL,
+        tenant=endpoint.tenant,
+        target=_target(endpoint),
+        secrets_shown=len(shown),
+    )
+    logger.info("user %s revealed the signing secret of endpoint %s", actor, endpoint.pk)
+    return shown
+
+
+def rotate_secret(endpoint: Endpoint, overlap: timedelta, actor) -> EndpointSecret:
+    """A new secret signs from now on; the secrets active now keep signing beside it
+    until now + overlap, so a receiver can switch without a gap (deliveries carry one
+    signature per active secret). A secret already expiring sooner keeps its own time."""
+    now = timezone.now()
+    until = now + overlap
+    with transaction.atomic():
+        endpoint.secrets.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=until)).update(
+            expires_at=until
+        )
+        new = EndpointSecret.objects.create(endpoint=endpoint)
+        audit.record(
+            actor=actor,
+            action=AuditEntry.Action.SECRET_ROTATED,
+            via=PORTAL,
+            tenant=endpoint.tenant,
+            target=_target(endpoint),
+            overlap_hours=overlap.total_seconds() / 3600,
+            old_expires_at=until.isoformat(),
+        )
+    logger.info("user %s rotated the signing secret of endpoint %s", actor, endpoint.pk)
+    return new
+
+
+def send_test_event(endpoint: Endpoint, actor) -> Accepted:
+    """One small event to this endpoint alone, through the tenant's lane like any other."""
+    payload = {
+        "type": TEST_EVENT_TYPE,
+        "message": "A test event sent from the webhook portal.",
+        "endpoint_id": endpoint.pk,
+        "sent_at": timezone.now().isoformat(),
+    }
+    with transaction.atomic():
+        accepted = publish_to_endpoint(endpoint, TEST_EVENT_TYPE, payload)
+        audit.record(
+            actor=actor,
+            action=AuditEntry.Action.TEST_EVENT_SENT,
+            via=PORTAL,
+            tenant=endpoint.tenant,
+            target=_target(endpoint),
+            event_id=accepted.event.id,
+        )
+    return accepted
