@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from dashboards import views
+from dashboards import message_views, views
 
 app_name = "tenants"
 
@@ -12,6 +12,9 @@ KEY = r"(?P<key>[^/]+)"
 # django.core.signing output: URL-safe base64 and colons.
 SIGNED = r"(?P<token>[A-Za-z0-9_:\-]+)"
 CHART = r"(?P<name>[a-z-]+)"
+# ULIDs (core.ids): a malformed id is a 404 before any lookup.
+EVENT = r"(?P<event_id>[0-9A-HJKMNP-TV-Z]{26})"
+DELIVERY = r"(?P<delivery_id>[0-9A-HJKMNP-TV-Z]{26})"
 
 urlpatterns = [
     path(
@@ -30,6 +33,14 @@ urlpatterns = [
     re_path(rf"^t/{KEY}/$", views.dashboard, name="dashboard"),
     re_path(rf"^t/{KEY}/status\.json$", views.status_json, name="status"),
     re_path(rf"^t/{KEY}/charts/{CHART}\.svg$", views.chart_svg, name="chart"),
+    # The message log is for members only: no share-link (…/s/<token>/…) form exists.
+    re_path(rf"^t/{KEY}/messages/$", message_views.message_log, name="messages"),
+    re_path(rf"^t/{KEY}/messages/{EVENT}/$", message_views.message_detail_view, name="message"),
+    re_path(
+        rf"^t/{KEY}/messages/{EVENT}/deliveries/{DELIVERY}/resend/$",
+        message_views.resend_delivery,
+        name="resend",
+    ),
     re_path(rf"^t/{KEY}/s/{SIGNED}/$", views.dashboard, name="shared"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/status\.json$", views.status_json, name="shared-status"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/charts/{CHART}\.svg$", views.chart_svg, name="shared-chart"),
