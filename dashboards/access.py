@@ -80,8 +80,8 @@ TenantView = Callable[..., HttpResponse]
 
 def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
     """Wrap a view taking (request, access, **kwargs): resolves `key` (and `token`) first.
-    Pages are private and live, so nothing is cached, and a share token must not leak
-    to other sites through the Referer header."""
+    Pages are private and live, so nothing is cached, and no page's URL (least of all a
+    share token) leaks to other sites through the Referer header."""
 
     @wraps(view)
     @never_cache
@@ -98,7 +98,11 @@ def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
             )
         else:
             response = view(request, access, **kwargs)
-        response["Referrer-Policy"] = "no-referrer"
+        # A share token must never leave in a Referer. Members' pages only need to keep
+        # theirs on this site: under no-referrer Chromium posts their forms (sign out,
+        # resend) with "Origin: null", which Django's CSRF check rightly refuses.
+        shared = token is not None
+        response["Referrer-Policy"] = "no-referrer" if shared else "same-origin"
         response["X-Robots-Tag"] = "noindex, nofollow"
         return response
 
