@@ -44,6 +44,15 @@ def may_view(user, tenant: Tenant) -> bool:
     return Membership.objects.filter(user=user, tenant=tenant).exists()
 
 
+def may_change(user, tenant: Tenant) -> bool:
+    """Whether `user` may act on the tenant's rows from the portal (resend a delivery…):
+    its admins only. Viewers read; staff act through the Django admin, where each action
+    has its own permission."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    return Membership.objects.filter(user=user, tenant=tenant, role=Membership.ADMIN).exists()
+
+
 def get_tenant_access(
     request: HttpRequest, key: str, share_token: str | None = None
 ) -> TenantAccess:

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from dashboards import audit_views, endpoint_views, views
+from dashboards import audit_views, endpoint_views, message_views, views
 
 app_name = "tenants"
 
@@ -13,7 +13,9 @@ KEY = r"(?P<key>[^/]+)"
 SIGNED = r"(?P<token>[A-Za-z0-9_:\-]+)"
 CHART = r"(?P<name>[a-z-]+)"
 ENDPOINT = r"(?P<endpoint_id>[0-9]{1,18})"
-ULID = r"(?P<delivery_id>[0-9A-Za-z]{26})"
+# ULIDs (core.ids): a malformed id is a 404 before any lookup.
+EVENT = r"(?P<event_id>[0-9A-HJKMNP-TV-Z]{26})"
+DELIVERY = r"(?P<delivery_id>[0-9A-HJKMNP-TV-Z]{26})"
 
 urlpatterns = [
     path(
@@ -60,11 +62,19 @@ urlpatterns = [
         rf"^t/{KEY}/endpoints/{ENDPOINT}/test/$", endpoint_views.send_test, name="endpoint-test"
     ),
     re_path(
-        rf"^t/{KEY}/endpoints/{ENDPOINT}/deliveries/{ULID}/$",
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/deliveries/{DELIVERY}/$",
         endpoint_views.endpoint_delivery,
         name="endpoint-delivery",
     ),
     re_path(rf"^t/{KEY}/audit/$", audit_views.audit_trail, name="audit"),
+    # The message log is for members only: no share-link (…/s/<token>/…) form exists.
+    re_path(rf"^t/{KEY}/messages/$", message_views.message_log, name="messages"),
+    re_path(rf"^t/{KEY}/messages/{EVENT}/$", message_views.message_detail_view, name="message"),
+    re_path(
+        rf"^t/{KEY}/messages/{EVENT}/deliveries/{DELIVERY}/resend/$",
+        message_views.resend_delivery,
+        name="resend",
+    ),
     re_path(rf"^t/{KEY}/s/{SIGNED}/$", views.dashboard, name="shared"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/status\.json$", views.status_json, name="shared-status"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/charts/{CHART}\.svg$", views.chart_svg, name="shared-chart"),

@@ -155,7 +155,15 @@ class Event(models.Model):
                 name="published_event_idempotent_per_tenant",
             ),
         ]
-        indexes = [models.Index(fields=["tenant", "-received_at"], name="event_tenant_recent_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "-received_at"], name="event_tenant_recent_idx"),
+            # The tenant portal's message log filtered by event type, newest first (one
+            # more entry per event written; the log would otherwise scan a tenant's whole
+            # history for a rare type).
+            models.Index(
+                fields=["tenant", "event_type", "-received_at"], name="event_tenant_type_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_type or 'event'} {self.id}"
