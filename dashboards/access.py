@@ -53,6 +53,12 @@ def may_change(user, tenant: Tenant) -> bool:
     return Membership.objects.filter(user=user, tenant=tenant, role=Membership.ADMIN).exists()
 
 
+def is_tenant_admin(request: HttpRequest, access: TenantAccess) -> bool:
+    """Whether this request may change the tenant's endpoints and deliveries: signed in
+    as one of its admins, not through a share link (read-only whoever holds it)."""
+    return not access.shared and may_change(request.user, access.tenant)
+
+
 def get_tenant_access(
     request: HttpRequest, key: str, share_token: str | None = None
 ) -> TenantAccess:

@@ -12,8 +12,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboards.access import TenantAccess, tenant_view
-from dashboards.roles import is_tenant_admin
+from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
 from tenants.models import AuditEntry
 
 PAGE_SIZE = 50

@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from dashboards import endpoint_actions as actions
-from dashboards.access import TenantAccess, tenant_view
+from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
 from dashboards.endpoint_forms import (
     DEFAULT_OVERLAP_HOURS,
     DisableForm,
@@ -30,7 +30,6 @@ from dashboards.endpoint_forms import (
     RotateForm,
 )
 from dashboards.endpoint_health import MAX_ATTEMPTS_READ, endpoint_health, health_of
-from dashboards.roles import is_tenant_admin
 from delivery.models import Attempt, Delivery
 from ingest.publish import PublishError
 from tenants.models import Endpoint, mask_secret

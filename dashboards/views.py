@@ -17,8 +17,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 
 from dashboards import pacing, status
-from dashboards.access import TenantAccess, tenant_view
-from dashboards.roles import is_tenant_admin
+from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
 from delivery import history
 from delivery.models import Attempt, Delivery
 from tenants.models import Endpoint, Tenant
