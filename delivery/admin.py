@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from core.admin_cells import clipped, timed
+from delivery.admin_replay import replay_window_action
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
 from webhooks.admin import ReadOnlyAdmin
@@ -62,7 +63,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_select_related = ["tenant", "endpoint"]
     date_hierarchy = "enqueued_at"
     inlines = [AttemptInline]
-    actions = ["replay_dead_letters"]
+    actions = ["replay_dead_letters", replay_window_action]
     # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which
     # reads like an error where "no" is the usual, healthy answer.
     exclude = ["needs_schedule"]

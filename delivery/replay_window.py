@@ -26,7 +26,8 @@ from django.utils.dateparse import parse_datetime
 from core.ids import ulid_floor
 from delivery.models import Delivery, ReplayJob
 from delivery.replay import RESENDABLE, resend
-from tenants.models import Tenant
+from tenants import audit
+from tenants.models import AuditEntry, Tenant
 
 logger = logging.getLogger(__name__)
 # Held deliveries wait for their endpoint and open ones are on their way: a window
@@ -95,31 +96,54 @@ def count_bounded(tenant: Tenant, window: Window) -> tuple[int, bool]:
     return min(count, limit), count > limit
 
 
-def start(tenant: Tenant, window: Window, *, user) -> ReplayJob:
+def start(tenant: Tenant, window: Window, *, user, via: str) -> ReplayJob:
     """Create a running job; the next sweep feeds its first chunk. A window reaching into
     the future ends now: deliveries made later (fresh events, this replay's own
     successes) are not the data the receiver lost."""
     window = replace(window, end=min(window.end, timezone.now()))
     matched, capped = count_bounded(tenant, window)
     author = user if user is not None and user.is_authenticated else None
-    return ReplayJob.objects.create(
-        tenant=tenant,
-        filters=window.to_json(),
-        created_by=author,
-        created_by_name=author.get_username() if author else "platform",
-        matched=matched,
-        matched_capped=capped,
-    )
+    with transaction.atomic():
+        job = ReplayJob.objects.create(
+            tenant=tenant,
+            filters=window.to_json(),
+            created_by=author,
+            created_by_name=author.get_username() if author else "platform",
+            matched=matched,
+            matched_capped=capped,
+        )
+        audit.record(
+            actor=user,
+            action=AuditEntry.Action.REPLAY_STARTED,
+            via=via,
+            tenant=tenant,
+            target=f"replay {job.pk}",
+            filters=job.filters,
+            matched=matched,
+            matched_capped=capped,
+        )
+    return job
 
 
-def cancel(job: ReplayJob, *, user) -> bool:
+def cancel(job: ReplayJob, *, user, via: str) -> bool:
     """Stop feeding. The chunk already in the lane still goes out (its deliveries are
     ordinary pending ones now). False if the job was no longer running."""
     name = user.get_username() if user is not None and user.is_authenticated else "platform"
-    changed = ReplayJob.objects.filter(pk=job.pk, state=ReplayJob.State.RUNNING).update(
-        state=ReplayJob.State.CANCELLED, finished_at=timezone.now(), cancelled_by_name=name
-    )
-    job.refresh_from_db()
+    with transaction.atomic():
+        changed = ReplayJob.objects.filter(pk=job.pk, state=ReplayJob.State.RUNNING).update(
+            state=ReplayJob.State.CANCELLED, finished_at=timezone.now(), cancelled_by_name=name
+        )
+        job.refresh_from_db()
+        if changed:
+            audit.record(
+                actor=user,
+                action=AuditEntry.Action.REPLAY_CANCELLED,
+                via=via,
+                tenant=job.tenant,
+                target=f"replay {job.pk}",
+                fed=job.fed,
+                matched=job.matched,
+            )
     return bool(changed)
 
 

@@ -73,7 +73,7 @@ def shop():
 def test_a_big_window_is_fed_a_chunk_at_a_time_between_fresh_events(shop) -> None:
     tenant, endpoint = shop
     window_ids = {d.id for d in finished_deliveries(tenant, endpoint, 1000)}
-    job = replay_window.start(tenant, last_hour(), user=None)
+    job = replay_window.start(tenant, last_hour(), user=None, via="admin")
     assert (job.matched, job.matched_capped, job.state) == (1000, False, "running")
 
     picked: list[str] = []
@@ -100,10 +100,10 @@ def test_a_big_window_is_fed_a_chunk_at_a_time_between_fresh_events(shop) -> Non
 def test_cancel_stops_feeding_but_the_open_chunk_goes_out(shop) -> None:
     tenant, endpoint = shop
     finished_deliveries(tenant, endpoint, 500)
-    job = replay_window.start(tenant, last_hour(), user=None)
+    job = replay_window.start(tenant, last_hour(), user=None, via="admin")
     maintenance.sweep()
-    assert replay_window.cancel(job, user=None)
-    assert job.state == "cancelled" and not replay_window.cancel(job, user=None)
+    assert replay_window.cancel(job, user=None, via="admin")
+    assert job.state == "cancelled" and not replay_window.cancel(job, user=None, via="admin")
     assert len(drain()) == CHUNK  # what was in the lane still goes out
     maintenance.sweep()
     assert queued() == 0
@@ -138,7 +138,7 @@ def test_only_the_tenants_finished_deliveries_in_the_window_are_sent(shop) -> No
         .filter(id__in=[d.id for d in open_ones])
         .exists()
     )
-    job = replay_window.start(tenant, window, user=None)
+    job = replay_window.start(tenant, window, user=None, via="admin")
     maintenance.sweep()
     assert sorted(drain()) == sorted(d.id for d in wanted)
     assert Delivery.objects.filter(tenant=other, status="dead").count() == 4
@@ -156,15 +156,15 @@ def test_a_count_past_its_limit_says_more_than(shop, settings) -> None:
     tenant, endpoint = shop
     settings.REPLAY_COUNT_LIMIT = 5
     finished_deliveries(tenant, endpoint, 8)
-    job = replay_window.start(tenant, last_hour(), user=None)
+    job = replay_window.start(tenant, last_hour(), user=None, via="admin")
     assert (job.matched, job.matched_capped, job.matched_text) == (5, True, "more than 5")
 
 
 def test_a_tenant_feeds_one_job_at_a_time(shop) -> None:
     tenant, endpoint = shop
     finished_deliveries(tenant, endpoint, 300)
-    first = replay_window.start(tenant, last_hour(), user=None)
-    second = replay_window.start(tenant, last_hour(), user=None)
+    first = replay_window.start(tenant, last_hour(), user=None, via="admin")
+    second = replay_window.start(tenant, last_hour(), user=None, via="admin")
     maintenance.sweep()
     assert queued() == CHUNK
     first.refresh_from_db(), second.refresh_from_db()
@@ -174,7 +174,7 @@ def test_a_tenant_feeds_one_job_at_a_time(shop) -> None:
 def test_a_retrying_chunk_delivery_holds_the_next_chunk(shop) -> None:
     tenant, endpoint = shop
     finished_deliveries(tenant, endpoint, 250)
-    job = replay_window.start(tenant, last_hour(), user=None)
+    job = replay_window.start(tenant, last_hour(), user=None, via="admin")
     maintenance.sweep()
     drain()
     job.refresh_from_db()
