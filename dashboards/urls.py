@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from dashboards import views
+from dashboards import replays, views
 
 app_name = "tenants"
 
@@ -30,6 +30,13 @@ urlpatterns = [
     re_path(rf"^t/{KEY}/$", views.dashboard, name="dashboard"),
     re_path(rf"^t/{KEY}/status\.json$", views.status_json, name="status"),
     re_path(rf"^t/{KEY}/charts/{CHART}\.svg$", views.chart_svg, name="chart"),
+    # No share-link variant: replays are for members only.
+    re_path(rf"^t/{KEY}/replays/$", replays.replays, name="replays"),
+    re_path(
+        rf"^t/{KEY}/replays/(?P<job_id>[0-9]{{1,18}})/cancel/$",
+        replays.cancel,
+        name="replay-cancel",
+    ),
     re_path(rf"^t/{KEY}/s/{SIGNED}/$", views.dashboard, name="shared"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/status\.json$", views.status_json, name="shared-status"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/charts/{CHART}\.svg$", views.chart_svg, name="shared-chart"),
