@@ -89,7 +89,10 @@ def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
             )
         else:
             response = view(request, access, **kwargs)
-        response["Referrer-Policy"] = "no-referrer"
+        # A view may set a looser policy: under no-referrer browsers send `Origin: null`
+        # with a form's POST, which Django's CSRF check refuses (pages with forms and
+        # no token in their URL use same-origin instead).
+        response.setdefault("Referrer-Policy", "no-referrer")
         response["X-Robots-Tag"] = "noindex, nofollow"
         return response
 

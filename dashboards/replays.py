@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from dashboards.access import TenantAccess, tenant_view
 from delivery import replay_window
 from delivery.models import ReplayJob
-from delivery.replay_forms import WindowForm
+from delivery.replay_forms import WindowForm, last_hour
 from tenants.models import AuditEntry, Endpoint, Membership
 
 JOBS_SHOWN = 25
@@ -78,7 +78,16 @@ def _page(
         "time_zone": timezone.get_current_timezone_name(),
     }
     template = "dashboards/replay_jobs.html" if request.GET.get("part") == "jobs" else None
-    return render(request, template or "dashboards/replays.html", context, status=status)
+    response = render(request, template or "dashboards/replays.html", context, status=status)
+    return _same_origin(response)
+
+
+def _same_origin(response: HttpResponse) -> HttpResponse:
+    """These pages post forms: under tenant_view's default no-referrer, browsers send
+    `Origin: null` with them and the CSRF check refuses every POST. Their URLs carry no
+    share token, so same-origin leaks nothing to other sites."""
+    response["Referrer-Policy"] = "same-origin"
+    return response
 
 
 @tenant_view
@@ -90,7 +99,7 @@ def replays(request: HttpRequest, access: TenantAccess) -> HttpResponse:
         raise Http404("No such page.")
     tenant = access.tenant
     if request.method != "POST":
-        return _page(request, access, WindowForm(tenant=tenant))
+        return _page(request, access, WindowForm(tenant=tenant, initial=last_hour()))
     if not may_replay(request, access):
         return HttpResponseForbidden(NOT_ALLOWED)
     form = WindowForm(request.POST, tenant=tenant)
@@ -98,7 +107,7 @@ def replays(request: HttpRequest, access: TenantAccess) -> HttpResponse:
         return _page(request, access, form, status=400)
     if "confirm" in request.POST:
         replay_window.start(tenant, form.window(), user=request.user, via=AuditEntry.Via.PORTAL)
-        return redirect(reverse("tenants:replays", kwargs={"key": tenant.key}))
+        return _same_origin(redirect(reverse("tenants:replays", kwargs={"key": tenant.key})))
     count, capped = replay_window.count_bounded(tenant, form.window())
     return _page(request, access, form, preview={"count": count, "capped": capped})
 
@@ -115,4 +124,4 @@ def cancel(request: HttpRequest, access: TenantAccess, job_id: str) -> HttpRespo
     if not may_replay(request, access):
         return HttpResponseForbidden(NOT_ALLOWED)
     replay_window.cancel(job, user=request.user, via=AuditEntry.Via.PORTAL)
-    return redirect(reverse("tenants:replays", kwargs={"key": access.tenant.key}))
+    return _same_origin(redirect(reverse("tenants:replays", kwargs={"key": access.tenant.key})))

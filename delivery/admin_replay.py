@@ -23,7 +23,7 @@ from core.admin_cells import clipped, timed, when
 from core.ids import ulid_time_ms
 from delivery import replay_window
 from delivery.models import ReplayJob
-from delivery.replay_forms import TIME_FORMAT, WindowForm
+from delivery.replay_forms import TIME_FORMAT, WindowForm, last_hour
 from tenants.models import AuditEntry
 
 PERMISSION = "delivery.change_delivery"
@@ -155,7 +155,7 @@ class ReplayJobAdmin(admin.ModelAdmin):
         _require(request)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta}
         if request.method != "POST":
-            form = WindowForm(initial=request.GET.dict() or None)
+            form = WindowForm(initial=request.GET.dict() or last_hour())
             context.update(form=form, title="Replay a window of deliveries")
             return TemplateResponse(request, "admin/delivery/replayjob/window.html", context)
         form = WindowForm(request.POST)

@@ -5,7 +5,10 @@ tenant's endpoint id is an invalid choice, not a lookup. Unbound (the admin), it
 for the tenant's key and checks the endpoint id belongs to it.
 """
 
+from datetime import timedelta
+
 from django import forms
+from django.utils import timezone
 
 from delivery.models import Delivery
 from delivery.replay_window import STATUSES, Window
@@ -15,6 +18,12 @@ ENDPOINTS_OFFERED = 500  # a tenant has a handful; a select of more helps nobody
 STATUS_CHOICES = [(status, Delivery.Status(status).label) for status in STATUSES]
 # datetime-local with seconds: the browser shows a picker, and the value parses as ISO.
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def last_hour() -> dict:
+    """Initial values for an empty form: the last hour, to the second."""
+    now = timezone.now().replace(microsecond=0)
+    return {"start": now - timedelta(hours=1), "end": now}
 
 
 def _time_input() -> forms.DateTimeInput:

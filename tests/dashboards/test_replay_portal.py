@@ -61,7 +61,13 @@ def test_an_admin_previews_confirms_and_cancels(shops) -> None:
     page = client.get(shops.url)
     assert page.status_code == 200
     assert 'name="csrfmiddlewaretoken"' in page.content.decode()
+    # Under no-referrer, browsers post forms with `Origin: null`, which CSRF refuses.
+    assert page["Referrer-Policy"] == "same-origin"
     assert "other-hook" not in page.content.decode()  # only this tenant's endpoints
+    # An empty form starts at the last hour, to the second, in the server's time zone.
+    assert page.context["form"]["start"].value() == page.context["form"]["end"].value() - timedelta(
+        hours=1
+    )
 
     preview = client.post(shops.url, window(endpoint=shops.endpoint.pk))
     text = preview.content.decode()
