@@ -44,7 +44,12 @@ def window_text(filters: dict) -> str:
     return ", ".join(parts)
 
 
-@admin.action(description="Replay a window like the selected deliveries (preview first)…")
+# permissions=["change"]: offered only to those who may replay (DeliveryAdmin's change
+# permission is delivery.change_delivery); the form checks it again.
+@admin.action(
+    description="Replay a window like the selected deliveries (preview first)…",
+    permissions=["change"],
+)
 def replay_window_action(modeladmin, request: HttpRequest, queryset) -> HttpResponse | None:
     """Open the window form filled in from the selection (with "select all", the list's
     current filters): its tenant, its endpoint if only one, its time span."""

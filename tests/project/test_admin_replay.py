@@ -118,6 +118,8 @@ def test_replaying_needs_the_change_delivery_permission(shop) -> None:
     client = Client()
     client.force_login(user)
     assert client.get(WINDOW).status_code == 403
+    listing = client.get(reverse("admin:delivery_delivery_changelist")).content.decode()
+    assert "replay_window_action" not in listing
     assert client.post(WINDOW, {**window(tenant), "confirm": "1"}).status_code == 403
     assert not ReplayJob.objects.exists()
 
