@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 from core.admin_cells import clipped, timed, when
@@ -34,9 +35,15 @@ def _require(request: HttpRequest) -> None:
         raise PermissionDenied("Replaying deliveries needs the change delivery permission.")
 
 
+def _local(iso: str) -> str:
+    moment = parse_datetime(iso)
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else iso
+
+
 def window_text(filters: dict) -> str:
-    """A job's filters in words, for its page and the list."""
-    parts = [f"{filters['from']} to {filters['to']}", "/".join(filters["statuses"])]
+    """A job's filters in words, for its page and the list; times to the second, in the
+    operator's time zone."""
+    parts = [f"{_local(filters['from'])} to {_local(filters['to'])}", "/".join(filters["statuses"])]
     if filters.get("endpoint"):
         parts.append(f"endpoint {filters['endpoint']}")
     if filters.get("event_type"):
@@ -128,12 +135,12 @@ class ReplayJobAdmin(admin.ModelAdmin):
         return window_text(obj.filters)
 
     @admin.display(description="Created")
-    def created(self, obj: ReplayJob) -> str | None:
-        return when(obj.created_at)
+    def created(self, obj: ReplayJob) -> str:
+        return when(obj.created_at) or "-"
 
     @admin.display(description="Finished or cancelled")
-    def ended(self, obj: ReplayJob) -> str | None:
-        return when(obj.finished_at)
+    def ended(self, obj: ReplayJob) -> str:
+        return when(obj.finished_at) or "-"
 
     @admin.display(description="Last chunk")
     def chunk(self, obj: ReplayJob) -> str:

@@ -64,6 +64,7 @@ def test_preview_counts_and_confirm_starts_an_audited_job(staff_client, shop) ->
 
     page = staff_client.get(response["Location"]).content.decode()
     assert "0 / 7" in page and "Cancel this replay" in page
+    assert timezone.localtime(job.created_at).strftime("%H:%M:%S") in page  # to the second
 
     cancel = reverse("admin:delivery_replayjob_cancel", args=[job.pk])
     assert staff_client.get(cancel).status_code == 405
