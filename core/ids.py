@@ -29,3 +29,14 @@ def ulid_time_ms(ulid: str) -> int:
     for char in ulid[:10].upper():
         value = (value << 5) | _DECODE[char]
     return value
+
+
+def ulid_floor(now_ms: int) -> str:
+    """The smallest ULID of millisecond `now_ms`: ids made at or after it sort >= this one,
+    so a time range becomes a range of primary keys (an index every table has)."""
+    value = now_ms << 80
+    chars = []
+    for _ in range(ULID_LENGTH):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))

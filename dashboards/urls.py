@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, reverse_lazy
 
-from dashboards import audit_views, endpoint_views, message_views, views
+from dashboards import audit_views, endpoint_views, message_views, replays, views
 
 app_name = "tenants"
 
@@ -74,6 +74,13 @@ urlpatterns = [
         rf"^t/{KEY}/messages/{EVENT}/deliveries/{DELIVERY}/resend/$",
         message_views.resend_delivery,
         name="resend",
+    ),
+    # No share-link variant: replays are for members only.
+    re_path(rf"^t/{KEY}/replays/$", replays.replays, name="replays"),
+    re_path(
+        rf"^t/{KEY}/replays/(?P<job_id>[0-9]{{1,18}})/cancel/$",
+        replays.cancel,
+        name="replay-cancel",
     ),
     re_path(rf"^t/{KEY}/s/{SIGNED}/$", views.dashboard, name="shared"),
     re_path(rf"^t/{KEY}/s/{SIGNED}/status\.json$", views.status_json, name="shared-status"),

@@ -5,6 +5,7 @@ from django.utils.html import format_html
 
 from core.admin_cells import clipped, timed
 from delivery.admin_page import DeliveryPageMixin
+from delivery.admin_replay import replay_window_action
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
 from tenants.admin_filters import EndpointIdFilter, TenantKeyFilter
@@ -67,7 +68,7 @@ class DeliveryAdmin(DeliveryPageMixin, ReadOnlyAdmin):
     date_hierarchy = "enqueued_at"
     show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     inlines = [AttemptInline]
-    actions = ["replay_dead_letters"]
+    actions = ["replay_dead_letters", replay_window_action]
     # Shown in words by schedule_state: a read-only boolean is Django's red ✗ icon, which
     # reads like an error where "no" is the usual, healthy answer.
     exclude = ["needs_schedule"]

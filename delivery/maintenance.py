@@ -16,6 +16,7 @@ from redis.lock import Lock
 from delivery.enqueueing import get_scheduler, item_for
 from delivery.history import sample_quietly
 from delivery.models import Delivery
+from delivery.replay_window import feed_replays
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,8 @@ def schedule_flagged() -> int:
 def sweep() -> dict[str, int]:
     """The periodic job: rebuild after a Redis loss, else schedule what was left out.
     It also samples the dashboards' history (delivery.history), which gates itself to
-    one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep."""
+    one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep. Window replays get
+    their next chunk here (delivery.replay_window), so they are fed at the sweep's pace."""
     if get_scheduler().epoch() is None:
         try:
             result = {"rebuilt": rebuild_schedule(), "flagged": 0}
@@ -118,5 +120,8 @@ def sweep() -> dict[str, int]:
             result = {"rebuilt": 0, "flagged": 0}
     else:
         result = {"rebuilt": 0, "flagged": schedule_flagged()}
+        # Not right after a rebuild: its epoch may not be set yet, and the chunk would
+        # be enqueued into a schedule still being rebuilt (it is fed next sweep).
+        result.update(feed_replays())
     sample_quietly()
     return result

@@ -1,5 +1,6 @@
 """Delivery records: one row per (event, endpoint), one Attempt row per HTTP request."""
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -188,3 +189,57 @@ class TenantSample(models.Model):
 
     def __str__(self) -> str:
         return f"sample of tenant {self.tenant_id} at {self.at:%H:%M:%S}"
+
+
+class ReplayJob(models.Model):
+    """A window of one tenant's finished deliveries sent again, fed into its lane a chunk
+    at a time by the maintenance sweep (delivery.replay_window). Deliveries get no column
+    for it (a hot table): the job keeps a keyset cursor and the ids of its last chunk."""
+
+    class State(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        CANCELLED = "cancelled", "Cancelled"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="replay_jobs")
+    filters = models.JSONField(
+        default=dict,
+        help_text="endpoint (id or null), statuses, event_type, from and to (ISO times).",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept beside the foreign key so the job still names its author once the user is gone.
+    created_by_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.RUNNING)
+    matched = models.PositiveIntegerField(default=0, help_text="Counted at confirmation.")
+    matched_capped = models.BooleanField(
+        default=False, help_text="The count stopped at its cap: more than `matched` matched."
+    )
+    fed = models.PositiveIntegerField(default=0, help_text="Sent again so far.")
+    cursor = models.CharField(
+        max_length=26, blank=True, help_text="The last delivery id fed (keyset pagination)."
+    )
+    last_chunk = models.JSONField(default=list, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by_name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="replay_tenant_created_idx"),
+            # The sweep reads running jobs only; finished ones pile up and cost it nothing.
+            models.Index(
+                fields=["state"],
+                condition=models.Q(state="running"),
+                name="replay_running_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.tenant}"
+
+    @property
+    def matched_text(self) -> str:
+        return f"more than {self.matched:,}" if self.matched_capped else f"{self.matched:,}"

@@ -239,5 +239,10 @@ LOGGING = {
 # whose process also runs a delivery engine of DELIVERY_CONCURRENCY requests (delivery/worker.py).
 RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
 MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)
+# A window replay (delivery.replay_window) feeds this many deliveries into the tenant's lane
+# per sweep, and the next chunk only once these have left it.
+REPLAY_CHUNK_SIZE = env_int("REPLAY_CHUNK_SIZE", 200, minimum=1, maximum=10_000)
+# Previews stop counting here and say "more than": a count over a huge window is a long scan.
+REPLAY_COUNT_LIMIT = env_int("REPLAY_COUNT_LIMIT", 100_000, minimum=1)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.
 METRICS_AGE_THRESHOLDS = env_float_list("METRICS_AGE_THRESHOLDS", [60, 300, 900])
