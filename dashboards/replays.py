@@ -13,11 +13,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboards.access import TenantAccess, tenant_view
+from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
 from delivery import replay_window
 from delivery.models import ReplayJob
 from delivery.replay_forms import WindowForm, last_hour
-from tenants.models import AuditEntry, Endpoint, Membership
+from tenants.models import AuditEntry, Endpoint
 
 JOBS_SHOWN = 25
 NOT_ALLOWED = "Only the tenant's admins can start or cancel replays."
@@ -27,13 +27,11 @@ def may_replay(request: HttpRequest, access: TenantAccess) -> bool:
     """Tenant admins change things; viewers and share links only read. Operators need the
     same permission as in the admin."""
     user = request.user
-    if access.shared or not user.is_authenticated:
+    if access.shared:
         return False
     if user.is_staff and user.has_perm("delivery.change_delivery"):
         return True
-    return Membership.objects.filter(
-        user=user, tenant=access.tenant, role=Membership.ADMIN
-    ).exists()
+    return is_tenant_admin(request, access)
 
 
 def _jobs(access: TenantAccess, before: str | None) -> tuple[list[ReplayJob], int | None]:
@@ -79,14 +77,6 @@ def _page(
     }
     template = "dashboards/replay_jobs.html" if request.GET.get("part") == "jobs" else None
     response = render(request, template or "dashboards/replays.html", context, status=status)
-    return _same_origin(response)
-
-
-def _same_origin(response: HttpResponse) -> HttpResponse:
-    """These pages post forms: under tenant_view's default no-referrer, browsers send
-    `Origin: null` with them and the CSRF check refuses every POST. Their URLs carry no
-    share token, so same-origin leaks nothing to other sites."""
-    response["Referrer-Policy"] = "same-origin"
     return response
 
 
@@ -107,7 +97,7 @@ def replays(request: HttpRequest, access: TenantAccess) -> HttpResponse:
         return _page(request, access, form, status=400)
     if "confirm" in request.POST:
         replay_window.start(tenant, form.window(), user=request.user, via=AuditEntry.Via.PORTAL)
-        return _same_origin(redirect(reverse("tenants:replays", kwargs={"key": tenant.key})))
+        return redirect(reverse("tenants:replays", kwargs={"key": tenant.key}))
     count, capped = replay_window.count_bounded(tenant, form.window())
     return _page(request, access, form, preview={"count": count, "capped": capped})
 
@@ -124,4 +114,4 @@ def cancel(request: HttpRequest, access: TenantAccess, job_id: str) -> HttpRespo
     if not may_replay(request, access):
         return HttpResponseForbidden(NOT_ALLOWED)
     replay_window.cancel(job, user=request.user, via=AuditEntry.Via.PORTAL)
-    return _same_origin(redirect(reverse("tenants:replays", kwargs={"key": access.tenant.key})))
+    return redirect(reverse("tenants:replays", kwargs={"key": access.tenant.key}))
