@@ -26,20 +26,25 @@ EDITABLE = ("url", "description", "event_types")
 TEST_EVENT_TYPE = "webhook.test"
 
 
-def _target(endpoint: Endpoint) -> str:
-    return f"endpoint {endpoint.pk}"
+def _audit(endpoint: Endpoint, actor, action: AuditEntry.Action, **detail: Any) -> None:
+    audit.record(
+        actor=actor,
+        action=action,
+        via=PORTAL,
+        tenant=endpoint.tenant,
+        target=f"endpoint {endpoint.pk}",
+        **detail,
+    )
 
 
 def create_endpoint(endpoint: Endpoint, actor) -> str | None:
     """Save a new endpoint (tenant already set); returns its generated secret, if any."""
     with transaction.atomic():
         endpoint.save()
-        audit.record(
-            actor=actor,
-            action=AuditEntry.Action.ENDPOINT_CREATED,
-            via=PORTAL,
-            tenant=endpoint.tenant,
-            target=_target(endpoint),
+        _audit(
+            endpoint,
+            actor,
+            AuditEntry.Action.ENDPOINT_CREATED,
             new={field: getattr(endpoint, field) for field in EDITABLE},
         )
     return endpoint.generated_secret
@@ -52,12 +57,10 @@ def change_endpoint(endpoint: Endpoint, before: dict[str, Any], actor) -> dict[s
         return {}
     with transaction.atomic():
         endpoint.save(update_fields=list(changed))
-        audit.record(
-            actor=actor,
-            action=AuditEntry.Action.ENDPOINT_CHANGED,
-            via=PORTAL,
-            tenant=endpoint.tenant,
-            target=_target(endpoint),
+        _audit(
+            endpoint,
+            actor,
+            AuditEntry.Action.ENDPOINT_CHANGED,
             old=changed,
             new={f: getattr(endpoint, f) for f in changed},
         )
@@ -70,12 +73,10 @@ def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
     with transaction.atomic():
         done = endpoint_health.disable(endpoint, f"Disabled by {actor.get_username()}: {reason}")
         if done:
-            audit.record(
-                actor=actor,
-                action=AuditEntry.Action.ENDPOINT_DISABLED,
-                via=PORTAL,
-                tenant=endpoint.tenant,
-                target=_target(endpoint),
+            _audit(
+                endpoint,
+                actor,
+                AuditEntry.Action.ENDPOINT_DISABLED,
                 reason=reason,
                 old={"enabled": True},
                 new={"enabled": False},
@@ -88,12 +89,10 @@ def enable_endpoint(endpoint: Endpoint, actor) -> int:
     old_reason = endpoint.disabled_reason
     with transaction.atomic():
         resumed = endpoint.enable()
-        audit.record(
-            actor=actor,
-            action=AuditEntry.Action.ENDPOINT_ENABLED,
-            via=PORTAL,
-            tenant=endpoint.tenant,
-            target=_target(endpoint),
+        _audit(
+            endpoint,
+            actor,
+            AuditEntry.Action.ENDPOINT_ENABLED,
             old={"enabled": False, "disabled_reason": old_reason},
             new={"enabled": True},
             resumed=resumed,
@@ -109,12 +108,10 @@ def active_secrets(endpoint: Endpoint) -> list[EndpointSecret]:
 def reveal_secrets(endpoint: Endpoint, actor) -> list[EndpointSecret]:
     """The active secrets, for the caller to show once; the act is audited."""
     shown = active_secrets(endpoint)
-    audit.record(
-        actor=actor,
-        action=AuditEntry.Action.SECRET_REVEALED,
-        via=PORTAL,
-        tenant=endpoint.tenant,
-        target=_target(endpoint),
+    _audit(
+        endpoint,
+        actor,
+        AuditEntry.Action.SECRET_REVEALED,
         secrets_shown=len(shown),
     )
     logger.info("user %s revealed the signing secret of endpoint %s", actor, endpoint.pk)
@@ -132,12 +129,10 @@ def rotate_secret(endpoint: Endpoint, overlap: timedelta, actor) -> EndpointSecr
             expires_at=until
         )
         new = EndpointSecret.objects.create(endpoint=endpoint)
-        audit.record(
-            actor=actor,
-            action=AuditEntry.Action.SECRET_ROTATED,
-            via=PORTAL,
-            tenant=endpoint.tenant,
-            target=_target(endpoint),
+        _audit(
+            endpoint,
+            actor,
+            AuditEntry.Action.SECRET_ROTATED,
             overlap_hours=overlap.total_seconds() / 3600,
             old_expires_at=until.isoformat(),
         )
@@ -155,12 +150,10 @@ def send_test_event(endpoint: Endpoint, actor) -> Accepted:
     }
     with transaction.atomic():
         accepted = publish_to_endpoint(endpoint, TEST_EVENT_TYPE, payload)
-        audit.record(
-            actor=actor,
-            action=AuditEntry.Action.TEST_EVENT_SENT,
-            via=PORTAL,
-            tenant=endpoint.tenant,
-            target=_target(endpoint),
+        _audit(
+            endpoint,
+            actor,
+            AuditEntry.Action.TEST_EVENT_SENT,
             event_id=accepted.event.id,
         )
     return accepted
