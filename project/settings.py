@@ -70,6 +70,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Times in the viewer's zone (the portal's `tz` cookie); settings.TIME_ZONE otherwise.
+    "dashboards.timezones.ViewerTimeZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
