@@ -140,8 +140,30 @@ def rotate_secret(endpoint: Endpoint, overlap: timedelta, actor) -> EndpointSecr
     return new
 
 
+TEST_EVENTS_PER_MINUTE = 10
+
+
+class TooManyTestEvents(Exception):
+    """A test button is for trying an endpoint, not for load: a tight loop of them would
+    fill the tenant's own lane and its audit trail."""
+
+    message = (
+        f"At most {TEST_EVENTS_PER_MINUTE} test events a minute per endpoint; try again shortly."
+    )
+
+
 def send_test_event(endpoint: Endpoint, actor) -> Accepted:
-    """One small event to this endpoint alone, through the tenant's lane like any other."""
+    """One small event to this endpoint alone, through the tenant's lane like any other.
+    Raises TooManyTestEvents past TEST_EVENTS_PER_MINUTE for the endpoint (counted in
+    the audit trail, which records every one of them)."""
+    recent = AuditEntry.objects.filter(
+        tenant=endpoint.tenant,
+        at__gte=timezone.now() - timedelta(minutes=1),
+        action=AuditEntry.Action.TEST_EVENT_SENT,
+        target=f"endpoint {endpoint.pk}",
+    )
+    if recent.count() >= TEST_EVENTS_PER_MINUTE:
+        raise TooManyTestEvents
     payload = {
         "type": TEST_EVENT_TYPE,
         "message": "A test event sent from the webhook portal.",

@@ -255,6 +255,8 @@ def send_test(request: HttpRequest, access: TenantAccess, endpoint: Endpoint):
         accepted = actions.send_test_event(endpoint, request.user)
     except PublishError as exc:
         return HttpResponse(f"Could not send a test event: {exc.message}\n", status=400)
+    except actions.TooManyTestEvents as exc:
+        return HttpResponse(f"{exc.message}\n", status=429, headers={"Retry-After": "60"})
     delivery = Delivery.objects.filter(event=accepted.event, endpoint=endpoint).first()
     if delivery is None:  # cannot happen: accept_to makes exactly this one
         messages.error(request, "The test event was stored but no delivery was made.")

@@ -14,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboards.endpoint_actions import TEST_EVENTS_PER_MINUTE
 from dashboards.endpoint_health import endpoint_health, recent_attempts
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
@@ -388,6 +389,20 @@ def test_a_test_event_goes_to_that_endpoint_only_through_the_tenants_lane(client
     assert entry.detail == {"event_id": delivery.event_id}
     page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()
     assert url("endpoint-delivery", shop["a"], shop["ep"].pk, delivery.pk) in page
+
+
+def test_test_events_are_limited_per_endpoint_and_minute(client, shop) -> None:
+    client.force_login(shop["admin"])
+    for _ in range(TEST_EVENTS_PER_MINUTE):
+        assert client.post(url("endpoint-test", shop["a"], shop["ep"].pk)).status_code == 302
+    refused = client.post(url("endpoint-test", shop["a"], shop["ep"].pk))
+    assert refused.status_code == 429 and refused["Retry-After"] == "60"
+    assert "test events a minute" in refused.content.decode()
+    assert Delivery.objects.filter(endpoint=shop["ep"]).count() == TEST_EVENTS_PER_MINUTE
+    # Another endpoint has its own allowance, and the minute passes.
+    assert client.post(url("endpoint-test", shop["a"], shop["ep2"].pk)).status_code == 302
+    AuditEntry.objects.update(at=timezone.now() - timedelta(minutes=2))
+    assert client.post(url("endpoint-test", shop["a"], shop["ep"].pk)).status_code == 302
 
 
 # --- who may do what ---------------------------------------------------------------------------
