@@ -16,7 +16,7 @@ from django.utils import timezone
 from delivery import endpoint_health
 from ingest.accept import Accepted
 from ingest.publish import publish_to_endpoint
-from tenants import audit
+from tenants import audit, operations
 from tenants.models import AuditEntry, Endpoint, EndpointSecret
 
 logger = logging.getLogger(__name__)
@@ -86,18 +86,7 @@ def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
 
 def enable_endpoint(endpoint: Endpoint, actor) -> int:
     """Re-enable; its held deliveries resume in order. Returns how many resumed."""
-    old_reason = endpoint.disabled_reason
-    with transaction.atomic():
-        resumed = endpoint.enable()
-        _audit(
-            endpoint,
-            actor,
-            AuditEntry.Action.ENDPOINT_ENABLED,
-            old={"enabled": False, "disabled_reason": old_reason},
-            new={"enabled": True},
-            resumed=resumed,
-        )
-    return resumed
+    return operations.enable_endpoint(endpoint, actor=actor, via=PORTAL)
 
 
 def active_secrets(endpoint: Endpoint) -> list[EndpointSecret]:

@@ -34,7 +34,9 @@ from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
 from delivery.replay import replay
 from delivery.scheduler import EndpointRow, Snapshot, TenantRow
-from tenants.models import WEIGHT_CHOICES, Endpoint, Tenant
+from tenants import audit
+from tenants.models import WEIGHT_CHOICES, AuditEntry, Endpoint, Tenant
+from tenants.operations import enable_endpoint, set_active
 from webhooks import key_hygiene
 
 OVERVIEW_TOP_N = 200
@@ -320,7 +322,7 @@ def act(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     if action == Action.REENABLE:
         endpoint = get_object_or_404(Endpoint, pk=data["endpoint"])
-        released = endpoint.enable()
+        released = enable_endpoint(endpoint, actor=request.user, via=AuditEntry.Via.ADMIN)
         messages.success(request, f"{endpoint} enabled; {released} held deliveries resumed.")
         return _back(request)
     if action == Action.REPLAY:
@@ -329,19 +331,28 @@ def act(request: HttpRequest) -> HttpResponse:
             dead = dead.filter(tenant__isnull=True)
         else:
             dead = dead.filter(tenant_id=get_object_or_404(Tenant, pk=data["tenant"]).pk)
-        messages.success(request, f"{replay(dead)} dead deliveries put back in their lane.")
+        count = replay(dead.select_related("tenant"), actor=request.user, via=AuditEntry.Via.ADMIN)
+        messages.success(request, f"{count} dead deliveries put back in their lane.")
         return _back(request)
     tenant = get_object_or_404(Tenant, pk=data["tenant"])
     if action in (Action.PAUSE, Action.RESUME):
-        tenant.is_active = action == Action.RESUME
-        tenant.save(update_fields=["is_active"])
+        set_active(tenant, action == Action.RESUME, actor=request.user, via=AuditEntry.Via.ADMIN)
         messages.success(request, f"{tenant.key}: delivery {action}d.")
     elif data["weight"] not in dict(WEIGHT_CHOICES):
         tiers = ", ".join(map(str, dict(WEIGHT_CHOICES)))
         messages.error(request, f"Weight must be one of {tiers}.")
     else:
-        tenant.weight = data["weight"]
+        old_weight, tenant.weight = tenant.weight, data["weight"]
         tenant.save(update_fields=["weight"])
+        audit.record(
+            actor=request.user,
+            action=AuditEntry.Action.TENANT_WEIGHT_CHANGED,
+            via=AuditEntry.Via.ADMIN,
+            tenant=tenant,
+            target=f"tenant {tenant.key}",
+            old={"weight": old_weight},
+            new={"weight": tenant.weight},
+        )
         messages.success(request, f"{tenant.key}: weight set to {tenant.weight}.")
     return _back(request)
 

@@ -9,6 +9,7 @@ from delivery.admin_replay import replay_window_action
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
 from tenants.admin_filters import EndpointIdFilter, TenantKeyFilter
+from tenants.models import AuditEntry
 from webhooks.admin import ReadOnlyAdmin
 
 
@@ -75,7 +76,11 @@ class DeliveryAdmin(DeliveryPageMixin, ReadOnlyAdmin):
 
     @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
     def replay_dead_letters(self, request, queryset) -> None:
-        count = replay(queryset.filter(status=Delivery.Status.DEAD))
+        count = replay(
+            queryset.filter(status=Delivery.Status.DEAD).select_related("tenant"),
+            actor=request.user,
+            via=AuditEntry.Via.ADMIN,
+        )
         messages.success(request, f"{count} dead deliveries put back in their tenants' lanes.")
 
     def has_change_permission(self, request, obj=None) -> bool:

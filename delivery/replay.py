@@ -2,30 +2,45 @@
 back into the tenant's lane, so they go out at the tenant's normal pace (its turns), never
 as a storm, and keep their webhook-id (the event's id), so receivers can deduplicate."""
 
+from collections import Counter
 from collections.abc import Iterable
 
 from django.db import transaction
 
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
+from tenants import audit
+from tenants.models import AuditEntry
 
 # Held deliveries are not here: they wait for their endpoint to be enabled again and then
 # resume by themselves. Open ones are already on their way.
 RESENDABLE = (Delivery.Status.DEAD, Delivery.Status.DELIVERED)
 
 
-def replay(deliveries: Iterable[Delivery]) -> int:
-    """Make dead deliveries pending again with a fresh retry schedule; returns how many."""
-    return _send_again(deliveries, (Delivery.Status.DEAD,))
+def replay(deliveries: Iterable[Delivery], *, actor=None, via: str | None = None) -> int:
+    """Make dead deliveries pending again with a fresh retry schedule; returns how many.
+    With `via` (an operator's or a tenant admin's act), each tenant's share is audited."""
+    queued = _send_again(deliveries, (Delivery.Status.DEAD,))
+    if via is not None:
+        for tenant, count in Counter(delivery.tenant for delivery in queued).items():
+            audit.record(
+                actor=actor,
+                action=AuditEntry.Action.DEAD_LETTERS_REPLAYED,
+                via=via,
+                tenant=tenant,
+                target="dead letters",
+                count=count,
+            )
+    return len(queued)
 
 
 def resend(deliveries: Iterable[Delivery]) -> int:
     """Send dead or delivered deliveries again (a new attempt, the same webhook-id);
     returns how many were queued. Any other status is left alone and not counted."""
-    return _send_again(deliveries, RESENDABLE)
+    return len(_send_again(deliveries, RESENDABLE))
 
 
-def _send_again(deliveries: Iterable[Delivery], statuses: tuple[str, ...]) -> int:
+def _send_again(deliveries: Iterable[Delivery], statuses: tuple[str, ...]) -> list[Delivery]:
     # The Attempt history is kept; `attempts` restarts so the delivery gets the whole
     # retry schedule again (Attempt.number counts from the last replay).
     ids = [delivery.id for delivery in deliveries if delivery.status in statuses]
@@ -44,4 +59,4 @@ def _send_again(deliveries: Iterable[Delivery], statuses: tuple[str, ...]) -> in
             .order_by("id")
         )
         enqueue_on_commit(queued)
-    return len(queued)
+    return queued

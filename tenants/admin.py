@@ -20,6 +20,7 @@ from tenants.models import (
     Tenant,
     mask_secret,
 )
+from tenants.operations import enable_endpoint, set_active
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,25 @@ class EndpointAdmin(admin.ModelAdmin):
             "delivery.delivery", "this endpoint's deliveries", endpoint_id=obj.pk
         )
 
+    def save_model(self, request, obj: Endpoint, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        # The tenant's admins read the same trail as operators: an operator's change to
+        # their endpoint is theirs to see too (values only; secrets are inline rows).
+        fields = form.changed_data if change else [f for f in form.fields if f in form.cleaned_data]
+        if change and not fields:
+            return
+        audit.record(
+            actor=request.user,
+            action=AuditEntry.Action.ENDPOINT_CHANGED
+            if change
+            else AuditEntry.Action.ENDPOINT_CREATED,
+            via=AuditEntry.Via.ADMIN,
+            tenant=obj.tenant,
+            target=f"endpoint {obj.pk}",
+            **({"old": _plain({f: form.initial.get(f) for f in fields})} if change else {}),
+            new=_plain({f: form.cleaned_data.get(f) for f in fields}),
+        )
+
     def save_related(self, request, form, formsets, change) -> None:
         super().save_related(request, form, formsets, change)
         endpoint = form.instance
@@ -197,10 +217,25 @@ class EndpointAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-enable selected endpoints (held deliveries resume in order)")
     def reenable_endpoints(self, request, queryset) -> None:
-        released = sum(endpoint.enable() for endpoint in queryset)
+        released = sum(
+            enable_endpoint(endpoint, actor=request.user, via=AuditEntry.Via.ADMIN)
+            for endpoint in queryset
+        )
         messages.success(
             request, f"{queryset.count()} endpoints enabled; {released} held deliveries resumed."
         )
+
+
+def _plain(values: dict) -> dict:
+    """Form values as JSON can store them: related rows by id, decimals as text."""
+    plain = {}
+    for name, value in values.items():
+        if hasattr(value, "pk"):
+            value = value.pk
+        elif value is not None and not isinstance(value, str | int | float | bool):
+            value = str(value)
+        plain[name] = value
+    return plain
 
 
 class EndpointInline(admin.TabularInline):
@@ -276,8 +311,7 @@ class TenantAdmin(admin.ModelAdmin):
     def _set_active(self, request, queryset, active: bool) -> int:
         changed = 0
         for tenant in queryset.filter(is_active=not active):
-            tenant.is_active = active
-            tenant.save(update_fields=["is_active"])  # save(), so the scheduler hears of it
+            set_active(tenant, active, actor=request.user, via=AuditEntry.Via.ADMIN)
             changed += 1
         return changed
 

@@ -309,6 +309,10 @@ class AuditEntry(models.Model):
         DELIVERY_RETRIED = "delivery.retried", "Delivery retried now"
         REPLAY_STARTED = "replay.started", "Replay started"
         REPLAY_CANCELLED = "replay.cancelled", "Replay cancelled"
+        DEAD_LETTERS_REPLAYED = "dead_letters.replayed", "Dead letters replayed"
+        TENANT_PAUSED = "tenant.paused", "Delivery paused"
+        TENANT_RESUMED = "tenant.resumed", "Delivery resumed"
+        TENANT_WEIGHT_CHANGED = "tenant.weight_changed", "Weight changed"
 
     class Via(models.TextChoices):
         ADMIN = "admin", "Admin"

@@ -14,7 +14,7 @@ from delivery.maintenance import rebuild_schedule
 from delivery.models import Delivery
 from delivery.scheduler import Scheduler
 from ingest.publish import publish
-from tenants.models import Endpoint, Tenant
+from tenants.models import AuditEntry, Endpoint, Tenant
 from tests.factories import make_endpoint, make_tenant, make_user
 from webhooks.models import Event
 
@@ -144,6 +144,17 @@ def test_pause_resume_and_weight_reach_the_scheduler(staff_client, scene) -> Non
     assert (rows[loud.pk].paused, rows[loud.pk].weight) == (False, 4)
     act(staff_client, action="weight", tenant=loud.pk, weight=3)  # not a tier: refused
     assert Tenant.objects.get(pk=loud.pk).weight == 4
+    # The tenant's admins can trace each act on their portal's audit trail.
+    trail = AuditEntry.objects.filter(tenant=loud).order_by("at", "id")
+    assert [(e.action, e.via, e.actor_name) for e in trail] == [
+        ("tenant.paused", "admin", "root"),
+        ("tenant.resumed", "admin", "root"),
+        ("tenant.weight_changed", "admin", "root"),
+    ]
+    assert (trail.last().detail["old"], trail.last().detail["new"]) == (
+        {"weight": 1},
+        {"weight": 4},
+    )
 
 
 def test_reenable_and_replay(staff_client, scene) -> None:
@@ -155,6 +166,14 @@ def test_reenable_and_replay(staff_client, scene) -> None:
     assert set(Delivery.objects.filter(tenant=scene["other"]).values_list("status", flat=True)) == {
         Delivery.Status.PENDING
     }
+    enabled = AuditEntry.objects.get(action="endpoint.enabled")
+    assert (enabled.tenant, enabled.target) == (scene["broken"], f"endpoint {endpoint.pk}")
+    assert enabled.detail["old"]["enabled"] is False
+    replayed = AuditEntry.objects.get(action="dead_letters.replayed")
+    assert replayed.tenant == scene["other"]
+    assert replayed.detail == {"count": Delivery.objects.filter(tenant=scene["other"]).count()}
+    act(staff_client, action="reenable", endpoint=endpoint.pk)  # already enabled: no entry
+    assert AuditEntry.objects.filter(action="endpoint.enabled").count() == 1
 
 
 def test_actions_need_their_permissions_and_a_post(client, scene) -> None:

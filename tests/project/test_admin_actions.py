@@ -6,7 +6,7 @@ from django.urls import reverse
 from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
 from ingest.publish import publish
-from tenants.models import EndpointSecret
+from tenants.models import AuditEntry, EndpointSecret
 from tests.factories import make_endpoint, make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,6 +29,10 @@ def test_pause_and_resume_reach_the_scheduler(staff_client) -> None:
     assert scheduler.pick("w", 5).leases == []  # paused: its work waits
     run_action(staff_client, "tenants.tenant", "resume", [tenant.pk])
     assert len(scheduler.pick("w", 5).leases) == 1
+    assert list(AuditEntry.objects.order_by("id").values_list("action", "tenant")) == [
+        ("tenant.paused", tenant.pk),
+        ("tenant.resumed", tenant.pk),
+    ]
 
 
 def test_replay_puts_dead_letters_back_in_the_lane(staff_client) -> None:
@@ -47,6 +51,12 @@ def test_replay_puts_dead_letters_back_in_the_lane(staff_client) -> None:
         Delivery.Lane.FRESH,
     )
     assert [one.delivery_id for one in scheduler.pick("w", 1).leases] == [delivery.id]
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.tenant, entry.detail) == (
+        "dead_letters.replayed",
+        tenant,
+        {"count": 1},
+    )
 
 
 def test_reenable_action_releases_held_deliveries(staff_client) -> None:

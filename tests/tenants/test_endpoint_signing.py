@@ -161,3 +161,31 @@ def test_reveal_is_refused_without_the_permission(client) -> None:
     user = User.objects.get(pk=user.pk)  # a fresh permission cache
     client.force_login(user)
     assert any(secret in str(m) for m in reveal(client, endpoint).context["messages"])
+
+
+def test_operators_endpoint_changes_are_on_the_tenants_audit_trail(root_client) -> None:
+    tenant = make_tenant("acme")
+    form = {**ENDPOINT_FORM, "tenant": tenant.pk}
+    response = root_client.post(
+        reverse("admin:tenants_endpoint_add"), {**form, **secret_rows()}, follow=True
+    )
+    assert response.status_code == 200
+    endpoint = Endpoint.objects.get(tenant=tenant)
+    created = AuditEntry.objects.get(action="endpoint.created")
+    assert (created.tenant, created.via, created.target) == (
+        tenant,
+        "admin",
+        f"endpoint {endpoint.pk}",
+    )
+    assert created.detail["new"]["url"] == "http://127.0.0.1:9/hook"
+    assert created.detail["new"]["tenant"] == tenant.pk
+
+    changed = {**form, "url": "http://127.0.0.1:9/moved", "max_in_flight": 5}
+    root_client.post(
+        reverse("admin:tenants_endpoint_change", args=[endpoint.pk]),
+        {**changed, **secret_rows()},
+    )
+    entry = AuditEntry.objects.get(action="endpoint.changed")
+    assert entry.detail["old"] == {"url": "http://127.0.0.1:9/hook", "max_in_flight": 2}
+    assert entry.detail["new"] == {"url": "http://127.0.0.1:9/moved", "max_in_flight": 5}
+    assert endpoint.secrets.get().secret not in str(entry.detail)
