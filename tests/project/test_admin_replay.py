@@ -64,6 +64,7 @@ def test_preview_counts_and_confirm_starts_an_audited_job(staff_client, shop) ->
 
     page = staff_client.get(response["Location"]).content.decode()
     assert "0 / 7" in page and "Cancel this replay" in page
+    assert '<meta http-equiv="refresh" content="10">' in page  # progress without a reload
     assert timezone.localtime(job.created_at).strftime("%H:%M:%S") in page  # to the second
 
     cancel = reverse("admin:delivery_replayjob_cancel", args=[job.pk])
@@ -72,7 +73,8 @@ def test_preview_counts_and_confirm_starts_an_audited_job(staff_client, shop) ->
     job.refresh_from_db()
     assert job.state == "cancelled"
     assert AuditEntry.objects.filter(action=AuditEntry.Action.REPLAY_CANCELLED).count() == 1
-    assert "Cancel this replay" not in staff_client.get(response["Location"]).content.decode()
+    finished = staff_client.get(response["Location"]).content.decode()
+    assert "Cancel this replay" not in finished and 'http-equiv="refresh"' not in finished
 
 
 @pytest.mark.parametrize(
