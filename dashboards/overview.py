@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 from django import forms
@@ -175,9 +176,10 @@ def _links(tenant: Tenant | None) -> dict[str, str]:
     return {
         "dashboard": reverse("tenants:dashboard", args=[tenant.key]),
         "change": reverse("admin:tenants_tenant_change", args=[tenant.pk]),
-        "events": f"{events}?tenant__id__exact={tenant.pk}",
-        "attempts": f"{attempts}?delivery__tenant__id__exact={tenant.pk}",
-        "dead": f"{deliveries}?tenant__id__exact={tenant.pk}&status__exact=dead",
+        # By key, so each list's tenant box shows whose rows these are.
+        "events": f"{events}?{urlencode({'tenant_key': tenant.key})}",
+        "attempts": f"{attempts}?{urlencode({'tenant_key': tenant.key})}",
+        "dead": f"{deliveries}?{urlencode({'tenant_key': tenant.key, 'status__exact': 'dead'})}",
     }
 
 

@@ -8,7 +8,7 @@ from delivery.admin_page import DeliveryPageMixin
 from delivery.admin_replay import replay_window_action
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
-from tenants.admin_filters import EndpointIdFilter, TenantKeyFilter
+from tenants.admin_filters import AttemptTenantKeyFilter, EndpointIdFilter, TenantKeyFilter
 from tenants.models import AuditEntry
 from webhooks.admin import ReadOnlyAdmin
 
@@ -118,7 +118,7 @@ class AttemptAdmin(ReadOnlyAdmin):
         "status_code",
         "outcome",
     ]
-    list_filter = ["outcome", "status_code"]
+    list_filter = ["outcome", "status_code", AttemptTenantKeyFilter]
     search_fields = [
         "=delivery__id",
         "=delivery__event__id",

@@ -283,7 +283,7 @@ class TenantAdmin(admin.ModelAdmin):
             return "-"
         return format_html(
             "{} · {}",
-            changelist_link("webhooks.event", "events", tenant__id__exact=obj.pk),
+            changelist_link("webhooks.event", "events", tenant_key=obj.key),
             changelist_link("delivery.delivery", "deliveries", tenant_key=obj.key),
         )
 

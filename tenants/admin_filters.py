@@ -42,3 +42,9 @@ class EndpointIdFilter(InputFilter):
             )
             return queryset.none()
         return queryset.filter(**{f"{self.endpoint_field}_id": int(raw)})
+
+
+class AttemptTenantKeyFilter(TenantKeyFilter):
+    """Attempts of one tenant: through their delivery."""
+
+    tenant_field = "delivery__tenant"

@@ -103,6 +103,14 @@ def test_attempts_are_found_by_event_id_tenant_key_or_url(staff_client, two_shop
     assert listed_ids(listed) == {str(wanted.get().pk)}
 
 
+def test_the_attempts_tenant_box_narrows_to_one_tenant(staff_client, two_shops) -> None:
+    acme, _other, _first = two_shops
+    record_attempts()
+    listed = staff_client.get(reverse("admin:delivery_attempt_changelist"), {"tenant_key": "acme"})
+    wanted = Attempt.objects.filter(delivery__tenant=acme).values_list("id", flat=True)
+    assert listed_ids(listed) == {str(pk) for pk in wanted} and wanted
+
+
 def test_a_delivery_page_shows_what_was_sent_and_answered_to_the_second(
     staff_client, two_shops
 ) -> None:
