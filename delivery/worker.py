@@ -21,11 +21,12 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from core import redis_connection
-from delivery import maintenance
+from delivery import maintenance, replay_window
 from delivery.engine import DeliveryEngine
 
 logger = logging.getLogger(__name__)
 SWEEP_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:sweep-lock"
+REPLAY_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:replay-lock"
 
 
 class DeliveryWorker(SimpleWorker):
@@ -47,6 +48,7 @@ class DeliveryWorker(SimpleWorker):
         super()._install_signal_handlers()
         self.engine.start()
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
+        threading.Thread(target=self._feed_replays, name="replay-feeder", daemon=True).start()
 
     # RQ's main loop quits on any Redis error outside its dequeue call (the suspension
     # check, registry cleaning, running a job it just dequeued, the heartbeat after it),
@@ -161,5 +163,28 @@ class DeliveryWorker(SimpleWorker):
                 logger.warning("could not schedule maintenance: %s", exc)
             except Exception:
                 logger.exception("maintenance failed; trying again next interval")
+            finally:
+                close_old_connections()
+
+    def _feed_replays(self) -> None:
+        """Every REPLAY_FEED_SECONDS one worker (whichever takes the lock) feeds window
+        replays whose last chunk has left the lane. The sweep alone (every 15 s) would cap
+        a replay at one chunk per sweep, 48,000 deliveries an hour at the defaults, where
+        the receiver may take far more; how fast the lane drains is the pace, not this."""
+        interval = settings.REPLAY_FEED_SECONDS
+        lock_ms = max(100, int(interval * 1000))
+        while not self._maintenance_stop.wait(interval):
+            try:
+                if not self.connection.set(REPLAY_LOCK_KEY, self.name, nx=True, px=lock_ms):
+                    continue
+                # Not while the schedule is lost or being rebuilt (no epoch yet): a chunk
+                # would go into a schedule the rebuild is still filling. The sweep feeds
+                # again once it is whole.
+                if self.engine.scheduler.epoch() is not None:
+                    replay_window.feed_replays()
+            except redis.RedisError as exc:
+                logger.warning("could not feed replays: %s", exc)
+            except Exception:
+                logger.exception("feeding replays failed; trying again next interval")
             finally:
                 close_old_connections()

@@ -242,8 +242,10 @@ LOGGING = {
 RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
 MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)
 # A window replay (delivery.replay_window) feeds this many deliveries into the tenant's lane
-# per sweep, and the next chunk only once these have left it.
+# at a time, and the next chunk only once these have left it. Workers look for a chunk
+# to feed every REPLAY_FEED_SECONDS (one of them at a time), besides each sweep.
 REPLAY_CHUNK_SIZE = env_int("REPLAY_CHUNK_SIZE", 200, minimum=1, maximum=10_000)
+REPLAY_FEED_SECONDS = env_float("REPLAY_FEED_SECONDS", 1.0, minimum=0.1)
 # Previews stop counting here and say "more than": a count over a huge window is a long scan.
 REPLAY_COUNT_LIMIT = env_int("REPLAY_COUNT_LIMIT", 100_000, minimum=1)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.

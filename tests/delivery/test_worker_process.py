@@ -124,3 +124,37 @@ def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:
     worker.unsubscribe()  # teardown copes with the subscription that never happened
     with pytest.raises(redis.ConnectionError):  # the outage is real, not a stub
         connection.ping()
+
+
+def test_a_window_replay_is_fed_by_the_workers_between_sweeps(workers, redis_conn) -> None:
+    """The worker's replay feeder, not the (here 60 s) sweep, feeds chunk after chunk as
+    each leaves the lane: 30 dead deliveries in chunks of 10 arrive within seconds."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from delivery import replay_window
+    from delivery.models import ReplayJob
+
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        for i in range(30):
+            publish(tenant, "x", {"i": i})
+        Delivery.objects.update(status=Delivery.Status.DEAD)  # as the worker leaves them:
+        redis_conn.flushdb()  # finished, and in no schedule
+        get_scheduler().start_epoch()
+        now = timezone.now()
+        window = replay_window.Window(
+            start=now - timedelta(minutes=5), end=now + timedelta(minutes=1), statuses=("dead",)
+        )
+        job = replay_window.start(tenant, window, user=None, via="admin")
+        assert job.matched == 30
+        workers(
+            REPLAY_CHUNK_SIZE="10", REPLAY_FEED_SECONDS="0.2", MAINTENANCE_INTERVAL_SECONDS="60"
+        )
+        receiver.wait_for(30, timeout=30)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 30}, timeout=10)
+        finished = ReplayJob.objects.filter(pk=job.pk, state="finished", fed=30)
+        assert wait_until(finished.exists, timeout=10)
+        assert len({request.headers["webhook-id"] for request in receiver.requests}) == 30
