@@ -15,7 +15,7 @@ fed twice by the same job.
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -100,7 +100,9 @@ def start(tenant: Tenant, window: Window, *, user, via: str) -> ReplayJob:
     """Create a running job; the next sweep feeds its first chunk. A window reaching into
     the future ends now: deliveries made later (fresh events, this replay's own
     successes) are not the data the receiver lost."""
-    window = replace(window, end=min(window.end, timezone.now()))
+    # The window's end is exclusive, to the millisecond: up to and including this one,
+    # so a delivery made in the very millisecond the replay starts is not left out.
+    window = replace(window, end=min(window.end, timezone.now() + timedelta(milliseconds=1)))
     matched, capped = count_bounded(tenant, window)
     author = user if user is not None and user.is_authenticated else None
     with transaction.atomic():

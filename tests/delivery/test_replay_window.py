@@ -160,6 +160,13 @@ def test_a_count_past_its_limit_says_more_than(shop, settings) -> None:
     assert (job.matched, job.matched_capped, job.matched_text) == (5, True, "more than 5")
 
 
+def test_deliveries_made_in_the_millisecond_the_replay_starts_are_in_it(shop) -> None:
+    tenant, endpoint = shop
+    finished_deliveries(tenant, endpoint, 3, at=timezone.now())
+    job = replay_window.start(tenant, last_hour(), user=None, via="admin")
+    assert job.matched == 3  # the end is exclusive to the millisecond: this one's included
+
+
 def test_a_tenant_feeds_one_job_at_a_time(shop) -> None:
     tenant, endpoint = shop
     finished_deliveries(tenant, endpoint, 300)
