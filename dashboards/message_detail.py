@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from delivery.models import Attempt, Delivery
 from delivery.replay import RESENDABLE
 from tenants.models import Endpoint, Tenant
@@ -75,6 +77,12 @@ def payload(event: Event) -> Payload:
     return Payload(text=text, clipped=clipped, total_bytes=len(raw), is_json=is_json)
 
 
+def payload_retention_days() -> int:
+    """The days after which payloads are removed (delivery.retention): never more than the
+    event's own retention, whatever the settings say."""
+    return min(settings.PAYLOAD_RETENTION_DAYS, settings.RETENTION_DAYS)
+
+
 def deliveries(tenant: Tenant, event: Event) -> list[dict[str, Any]]:
     """The event's deliveries with their attempts (oldest first), as the page shows them."""
     rows = list(
@@ -92,7 +100,8 @@ def deliveries(tenant: Tenant, event: Event) -> list[dict[str, Any]]:
             "delivery": delivery,
             "endpoint": endpoint_label(delivery.endpoint),
             "shared": delivery.endpoint.tenant_id is None,
-            "resendable": delivery.status in RESENDABLE,
+            # Nothing to send once retention removed the payload (delivery.replay refuses too).
+            "resendable": delivery.status in RESENDABLE and event.payload_pruned_at is None,
             "attempts": [
                 {
                     "attempt": attempt,

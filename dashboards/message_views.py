@@ -95,6 +95,7 @@ def message_detail_view(request: HttpRequest, access: TenantAccess, event_id: st
             "headers": message_detail.received_headers(event),
             "payload": message_detail.payload(event),
             "payload_limit_kb": message_detail.PAYLOAD_SHOWN_BYTES // 1024,
+            "payload_days": message_detail.payload_retention_days(),
             "deliveries": message_detail.deliveries(access.tenant, event),
             "can_resend": may_change(request.user, access.tenant),
         },
@@ -123,6 +124,13 @@ def resend_delivery(
         )
     back = reverse("tenants:message", args=[tenant.key, event_id])
     queued = resend([delivery])
+    if not queued and Event.objects.filter(pk=event_id, payload_pruned_at__isnull=False).exists():
+        flash.error(
+            request,
+            f"Delivery {delivery.id} cannot be resent: its event's payload was removed "
+            "after the retention period.",
+        )
+        return redirect(back)
     if not queued:
         # Held and open deliveries are on their way already (or wait for their endpoint).
         flash.error(

@@ -17,6 +17,7 @@ from delivery.enqueueing import get_scheduler, item_for
 from delivery.history import sample_quietly
 from delivery.models import Delivery
 from delivery.replay_window import feed_replays
+from delivery.retention import prune_quietly
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ def sweep() -> dict[str, int]:
     """The periodic job: rebuild after a Redis loss, else schedule what was left out.
     It also samples the dashboards' history (delivery.history), which gates itself to
     one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep. Window replays get
-    their next chunk here (delivery.replay_window), so they are fed at the sweep's pace."""
+    their next chunk here (delivery.replay_window), so they are fed at the sweep's pace,
+    and expired history is pruned in bounded batches (delivery.retention)."""
     if get_scheduler().epoch() is None:
         try:
             result = {"rebuilt": rebuild_schedule(), "flagged": 0}
@@ -124,4 +126,7 @@ def sweep() -> dict[str, int]:
         # be enqueued into a schedule still being rebuilt (it is fed next sweep).
         result.update(feed_replays())
     sample_quietly()
+    # Last, in its own short transactions and within RETENTION_SWEEP_SECONDS: history
+    # that has outlived its retention (delivery.retention); never open work.
+    result.update(prune_quietly())
     return result

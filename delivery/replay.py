@@ -45,7 +45,10 @@ def _send_again(deliveries: Iterable[Delivery], statuses: tuple[str, ...]) -> li
     # retry schedule again (Attempt.number counts from the last replay).
     ids = [delivery.id for delivery in deliveries if delivery.status in statuses]
     with transaction.atomic():
-        Delivery.objects.filter(id__in=ids, status__in=statuses).update(
+        # An event whose payload retention removed has nothing left to send.
+        Delivery.objects.filter(
+            id__in=ids, status__in=statuses, event__payload_pruned_at__isnull=True
+        ).update(
             status=Delivery.Status.PENDING,
             lane=Delivery.Lane.FRESH,
             attempts=0,

@@ -248,5 +248,21 @@ REPLAY_CHUNK_SIZE = env_int("REPLAY_CHUNK_SIZE", 200, minimum=1, maximum=10_000)
 REPLAY_FEED_SECONDS = env_float("REPLAY_FEED_SECONDS", 1.0, minimum=0.1)
 # Previews stop counting here and say "more than": a count over a huge window is a long scan.
 REPLAY_COUNT_LIMIT = env_int("REPLAY_COUNT_LIMIT", 100_000, minimum=1)
+# Retention (delivery.retention, pruned in bounded batches by the maintenance sweep;
+# docs/RELIABILITY.md "What is kept and for how long"). Open work is never pruned.
+RETENTION_DAYS = env_int("RETENTION_DAYS", 30, minimum=1)
+DEAD_LETTER_RETENTION_DAYS = env_int("DEAD_LETTER_RETENTION_DAYS", 90, minimum=1)
+PAYLOAD_RETENTION_DAYS = env_int("PAYLOAD_RETENTION_DAYS", RETENTION_DAYS, minimum=1)
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 365, minimum=1)
+# A payload outliving its event's row is impossible (the row goes with it): refuse to
+# start rather than silently keep it shorter than the operator asked.
+if PAYLOAD_RETENTION_DAYS > RETENTION_DAYS:
+    raise ImproperlyConfigured(
+        f"PAYLOAD_RETENTION_DAYS={PAYLOAD_RETENTION_DAYS} exceeds RETENTION_DAYS={RETENTION_DAYS}: "
+        "a payload is removed with its event at the latest; set it to RETENTION_DAYS or less."
+    )
+# Rows per DELETE/UPDATE statement (each its own short transaction) and seconds per sweep.
+RETENTION_BATCH_SIZE = env_int("RETENTION_BATCH_SIZE", 2000, minimum=1, maximum=50_000)
+RETENTION_SWEEP_SECONDS = env_float("RETENTION_SWEEP_SECONDS", 5.0, minimum=0.1)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.
 METRICS_AGE_THRESHOLDS = env_float_list("METRICS_AGE_THRESHOLDS", [60, 300, 900])

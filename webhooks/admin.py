@@ -1,6 +1,8 @@
 """Sources, events and API tokens in the admin. Events are evidence: read-only."""
 
+from django.conf import settings
 from django.contrib import admin, messages
+from django.utils import timezone
 from django.utils.html import format_html
 
 from core.admin_cells import changelist_link, clipped, timed
@@ -133,7 +135,7 @@ class EventAdmin(ReadOnlyAdmin):
     date_hierarchy = "received_at"
     show_full_result_count = False  # no COUNT(*) of the whole table beside a filtered list
     exclude = ["payload"]
-    readonly_fields = ["deliveries_link", "payload_preview"]
+    readonly_fields = ["deliveries_link", "payload_preview", "payload_pruned_at"]
 
     def get_search_results(self, request, queryset, search_term):
         # After every filter (Django applies the search last): the payload search sees the
@@ -152,6 +154,10 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Payload (first 5,000 bytes)")
     def payload_preview(self, obj: Event) -> str:
+        if obj.payload_pruned_at is not None:
+            days = min(settings.PAYLOAD_RETENTION_DAYS, settings.RETENTION_DAYS)
+            when = timezone.localtime(obj.payload_pruned_at)
+            return f"Payload removed after {days} days (retention), on {when:%Y-%m-%d %H:%M:%S}."
         text = bytes(obj.payload[:5000]).decode("utf-8", errors="replace")
         return format_html("<pre style='white-space:pre-wrap'>{}</pre>", text)
 

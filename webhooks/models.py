@@ -136,6 +136,10 @@ class Event(models.Model):
     headers = models.JSONField(default=dict, blank=True)
     content_type = models.CharField(max_length=200, blank=True, default="application/json")
     payload = models.BinaryField()
+    # Set when retention (delivery.retention) emptied `payload` after PAYLOAD_RETENTION_DAYS:
+    # the row and its metadata stay, and pages say the payload was removed, not that it
+    # was empty.
+    payload_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     # NULL, not "": the unique constraints must ignore events that carry no key.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001

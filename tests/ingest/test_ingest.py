@@ -279,7 +279,13 @@ def test_redis_unavailable_still_acknowledges_and_the_sweeper_schedules_later(
     delivery = Delivery.objects.get()
     assert delivery.needs_schedule
     get_scheduler().start_epoch()
-    assert maintenance.sweep() == {"rebuilt": 0, "flagged": 1, "replay_jobs": 0, "replay_fed": 0}
+    result = maintenance.sweep()
+    assert {k: v for k, v in result.items() if not k.startswith("pruned_")} == {
+        "rebuilt": 0,
+        "flagged": 1,
+        "replay_jobs": 0,
+        "replay_fed": 0,
+    }
     assert get_scheduler().snapshot().fresh_depth == 1
     delivery.refresh_from_db()
     assert not delivery.needs_schedule
