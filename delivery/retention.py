@@ -53,6 +53,12 @@ from webhooks.models import Event
 logger = logging.getLogger(__name__)
 
 CURSOR_KEY = redis_connection.KEY_PREFIX + "retention:cursor:"
+# After a walk's full pass, the sweep starts the next one this much later. What a walk
+# finds is what the delivery batches did not settle at once (events that matched no
+# endpoint, payloads whose open work finished since): minutes late is fine, and rows that
+# must stay (e.g. the events of a million dead letters still kept) are not re-read by
+# every sweep.
+WALK_REST_SECONDS = 600
 # Statuses whose deliveries keep their event's payload: work still to do, and dead
 # letters that may be replayed.
 KEEPS_PAYLOAD = (
@@ -111,8 +117,11 @@ class _Budget:
     """Time left in a run. Each step does at least one batch, however little is left, so
     every step makes progress even when an earlier one used the whole budget."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, *, rest: bool = True) -> None:
         self.deadline = None if seconds is None else time.monotonic() + seconds
+        # Whether a walk that finished a pass lately waits WALK_REST_SECONDS before the
+        # next (the sweep); the command walks at once.
+        self.rest = rest
 
     def left(self) -> bool:
         return self.deadline is None or time.monotonic() < self.deadline
@@ -137,6 +146,18 @@ class _Cursor:
             get_scheduler().connection.set(self.key, value)
         except redis.RedisError as exc:
             logger.warning("retention cursor not saved: %s", exc)
+
+    def resting(self) -> bool:
+        try:
+            return bool(get_scheduler().connection.exists(self.key + ":rest"))
+        except redis.RedisError:
+            return False
+
+    def rest(self) -> None:
+        try:
+            get_scheduler().connection.set(self.key + ":rest", "1", ex=WALK_REST_SECONDS)
+        except redis.RedisError as exc:
+            logger.warning("retention walk rest not saved: %s", exc)
 
 
 def _delete_deliveries(ids: list[str], rule: Q) -> tuple[int, int, set[str]]:
@@ -221,6 +242,8 @@ def _walk(
     the last run stopped. True when the walk reached `below` (and starts over next time)."""
     cursor = _Cursor(name)
     position = "" if dry_run else cursor.get()
+    if not position and not dry_run and budget.rest and cursor.resting():
+        return True
     while True:
         ids = list(
             model.objects.filter(pk__gt=position, pk__lt=below)
@@ -233,6 +256,7 @@ def _walk(
         if len(ids) < settings.RETENTION_BATCH_SIZE:
             if not dry_run:
                 cursor.set("")
+                cursor.rest()
             return True
         if not budget.left():
             if not dry_run:
@@ -322,15 +346,17 @@ def prune(
     *,
     seconds: float | None = None,
     until_done: bool = False,
+    rest: bool = True,
     now: datetime | None = None,
     dry_run: bool = False,
 ) -> Result:
     """One run of at most `seconds` (default RETENTION_SWEEP_SECONDS), or `until_done`.
     A dry run counts what a full run would remove; it should be `until_done`, since it
-    removes nothing and a second run would count the same rows again."""
+    removes nothing and a second run would count the same rows again. `rest=False`
+    starts the primary-key walks' next pass at once (see WALK_REST_SECONDS)."""
     policy = Policy.from_settings(now)
     limit = settings.RETENTION_SWEEP_SECONDS if seconds is None else seconds
-    budget = _Budget(None if until_done else limit)
+    budget = _Budget(None if until_done else limit, rest=rest)
     result = Result()
     # Deliveries first, so their events can go in the same run.
     steps = (

@@ -89,7 +89,9 @@ def old_event(endpoint, days: float, statuses=(S.DELIVERED,), *, delivered_days=
 
 
 def run(**kwargs) -> retention.Result:
-    return retention.prune(now=NOW, until_done=kwargs.pop("until_done", True), **kwargs)
+    kwargs.setdefault("until_done", True)
+    kwargs.setdefault("rest", False)
+    return retention.prune(now=NOW, **kwargs)
 
 
 def exists(event: Event) -> bool:
@@ -227,6 +229,16 @@ def test_the_event_walk_goes_on_from_where_the_last_run_stopped(hook, policy) ->
     assert all(exists(event) for event in keep)
     # The pass is over: the next one starts at the beginning again.
     assert get_scheduler().connection.get(retention.CURSOR_KEY + "events") in (None, b"")
+
+
+def test_the_sweep_rests_between_walks(hook) -> None:
+    retention.prune(now=NOW)  # a full pass over nothing: the walks rest now
+    lonely = old_event(hook, 40, [])  # matched no endpoint: only the event walk finds it
+    retention.prune(now=NOW)
+    assert exists(lonely)
+    get_scheduler().connection.delete(retention.CURSOR_KEY + "events:rest")
+    assert retention.prune(now=NOW).counts["events"] == 1
+    assert not exists(lonely)
 
 
 def test_audit_entries_follow_their_own_setting(hook) -> None:

@@ -18,7 +18,7 @@ class Command(BaseCommand):
         totals: dict[str, int] = {}
         while True:
             # Runs of the sweep's length, so progress shows and each run's cut-off is fresh.
-            result = prune(dry_run=dry_run, until_done=dry_run)
+            result = prune(dry_run=dry_run, until_done=dry_run, rest=False)
             for name, n in result.counts.items():
                 totals[name] = totals.get(name, 0) + n
             if not dry_run:
