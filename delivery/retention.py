@@ -208,9 +208,11 @@ def prune_delivered(policy: Policy, budget: _Budget, result: Result, *, dry_run:
     after: tuple[datetime, str] | None = None
     while True:
         batch = Delivery.objects.filter(rule)
-        if after is not None:  # dry runs delete nothing, so they page by keyset
-            batch = batch.filter(
-                Q(delivered_at__gt=after[0]) | Q(delivered_at=after[0], id__gt=after[1])
+        if after is not None:
+            # Keyset paging: dry runs delete nothing, and a row resent meanwhile stays.
+            # The plain `>=` keeps it an index range; the OR only settles ties.
+            batch = batch.filter(delivered_at__gte=after[0]).filter(
+                Q(delivered_at__gt=after[0]) | Q(id__gt=after[1])
             )
         rows = list(
             batch.order_by("delivered_at", "id").values_list("delivered_at", "id")[

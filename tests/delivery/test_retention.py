@@ -281,25 +281,30 @@ def test_finished_replay_jobs_follow_retention_days(hook) -> None:
     assert not ReplayJob.objects.filter(pk=finished.pk).exists()
 
 
-def test_the_sweep_prunes_and_reports_it(hook) -> None:
+def test_the_sweep_prunes_and_reports_it(hook, caplog) -> None:
     old_event(hook, 31)
     get_scheduler().start_epoch()
-    result = maintenance.sweep()
+    with caplog.at_level("INFO", logger="delivery.retention"):
+        result = maintenance.sweep()
+    assert "retention pruned 1 deliveries, 1 attempts, 1 events" in caplog.text
     assert result["pruned_deliveries"] == 1
     assert result["pruned_events"] == 1
     assert Event.objects.count() == 0
 
 
-def test_prune_history_command_dry_run_then_for_real(hook, capsys) -> None:
+def test_prune_history_command_dry_run_then_for_real(hook, capsys, policy) -> None:
+    policy.RETENTION_BATCH_SIZE = 1  # the dry run pages through batches it cannot delete
     old_event(hook, 31)
+    old_event(hook, 32)
     old_event(hook, 100, [S.DEAD])
     call_command("prune_history", "--dry-run")
     out = capsys.readouterr().out
-    assert "would remove" in out and "deliveries: 1" in out and "dead: 1" in out
-    assert Delivery.objects.count() == 2
+    assert "would remove" in out
+    assert "deliveries: 2" in out and "dead: 1" in out and "events: 3" in out
+    assert Delivery.objects.count() == 3
     call_command("prune_history")
     out = capsys.readouterr().out
-    assert "removed" in out and "events: 2" in out
+    assert "removed" in out and "deliveries: 2" in out and "events: 3" in out
     assert Delivery.objects.count() == 0 and Event.objects.count() == 0
 
 

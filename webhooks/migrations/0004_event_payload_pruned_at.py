@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('webhooks', '0003_event_tenant_type_idx'),
+        ("webhooks", "0003_event_tenant_type_idx"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='event',
-            name='payload_pruned_at',
+            model_name="event",
+            name="payload_pruned_at",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
     ]
