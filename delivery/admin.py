@@ -4,13 +4,13 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from core.admin_cells import clipped, timed
+from core.admin_readonly import ReadOnlyAdmin
 from delivery.admin_page import DeliveryPageMixin
 from delivery.admin_replay import replay_window_action
 from delivery.models import Attempt, Delivery
 from delivery.replay import replay
 from tenants.admin_filters import AttemptTenantKeyFilter, EndpointIdFilter, TenantKeyFilter
 from tenants.models import AuditEntry
-from webhooks.admin import ReadOnlyAdmin
 
 
 class AttemptInline(admin.TabularInline):

@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 from core.admin_cells import clipped, timed, when
+from core.admin_readonly import EvidenceAdmin
 from core.ids import ulid_time_ms
 from delivery import replay_window
 from delivery.models import ReplayJob
@@ -80,7 +81,7 @@ def replay_window_action(modeladmin, request: HttpRequest, queryset) -> HttpResp
 
 
 @admin.register(ReplayJob)
-class ReplayJobAdmin(admin.ModelAdmin):
+class ReplayJobAdmin(EvidenceAdmin):
     list_display = [
         "id",
         clipped("tenant", 24),
@@ -109,16 +110,8 @@ class ReplayJobAdmin(admin.ModelAdmin):
     change_form_template = "admin/delivery/replayjob/change_form.html"
     change_list_template = "admin/delivery/replayjob/change_list.html"
 
-    # Read-only records: jobs are made by the window form, changed only by the feeder and
-    # Cancel. Operators who may replay may see them.
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    # Read-only records (EvidenceAdmin): jobs are made by the window form, changed only by
+    # the feeder and Cancel. Operators who may replay may see them.
 
     def has_view_permission(self, request, obj=None) -> bool:
         return request.user.has_perm(PERMISSION) or super().has_view_permission(request, obj)

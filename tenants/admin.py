@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin_cells import changelist_link, clipped
+from core.admin_readonly import EvidenceAdmin
 from core.netguard import validate_destination_url
 from tenants import audit, share
 from tenants.models import (
@@ -333,7 +334,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(EvidenceAdmin):
     """The trail is evidence: nobody adds, edits or deletes it here."""
 
     list_display = ["at", "actor_name", "action", "via", "tenant", "target"]
@@ -342,12 +343,3 @@ class AuditEntryAdmin(admin.ModelAdmin):
     search_fields = ["=tenant__key", "actor_name", "target"]
     date_hierarchy = "at"
     show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

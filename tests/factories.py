@@ -26,10 +26,17 @@ def make_source(slug: str = "shop", secret: str = "s3cret", **fields) -> Source:
     return source
 
 
-def make_user(username: str, *, tenant: Tenant | None = None, staff: bool = False) -> User:
+def make_user(
+    username: str,
+    *,
+    tenant: Tenant | None = None,
+    staff: bool = False,
+    role: str = Membership.VIEWER,
+) -> User:
+    """A user (password "pw-<username>"), a member of `tenant` with `role` if given."""
     user = User.objects.create_user(username, password="pw-" + username, is_staff=staff)
     if tenant is not None:
-        Membership.objects.create(user=user, tenant=tenant)
+        Membership.objects.create(user=user, tenant=tenant, role=role)
     return user
 
 

@@ -6,6 +6,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from core.admin_cells import changelist_link, clipped, timed
+from core.admin_readonly import ReadOnlyAdmin
 from tenants.admin import MaskedSecretInline
 from tenants.admin_filters import TenantKeyFilter
 from webhooks import key_hygiene
@@ -107,16 +108,6 @@ class SourceAdmin(admin.ModelAdmin):
                 f"({source.auto_register_suspended_reason}). Its new keys use the fallback lane.",
             )
         return super().changelist_view(request, extra_context)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Records of what happened: viewable and deletable, never editable."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Event)

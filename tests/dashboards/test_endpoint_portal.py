@@ -45,9 +45,7 @@ def signed_with(secret: str, request) -> bool:
 
 
 def member(username: str, tenant, role: str = Membership.VIEWER):
-    user = make_user(username, tenant=tenant)
-    Membership.objects.filter(user=user, tenant=tenant).update(role=role)
-    return user
+    return make_user(username, tenant=tenant, role=role)
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ FMT = "%Y-%m-%dT%H:%M:%S"
 
 
 def member(username: str, tenant, role: str) -> Client:
-    user = make_user(username, tenant=tenant)
-    Membership.objects.filter(user=user).update(role=role)
+    user = make_user(username, tenant=tenant, role=role)
     client = Client()
     client.force_login(user)
     return client
