@@ -70,6 +70,9 @@ def test_the_demo_shows_pacing_retries_and_dead_letters_within_150_s(tmp_path) -
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        # As `make run &` from a script starts it: SIGINT arrives ignored, and Ctrl-C (the
+        # SIGINT below) must stop it all the same.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     base, seen, met = f"http://127.0.0.1:{port}", {}, False
     try:

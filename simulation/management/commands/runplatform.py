@@ -68,6 +68,9 @@ class Command(BaseCommand):
         }
         self._banner(base, receiver_port, logins)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        # Started in the background by a script (`make run &`), a shell hands us SIGINT
+        # ignored and Python keeps it so: an interrupt would do nothing. Both stop us.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self._watch(children)
         except KeyboardInterrupt:
