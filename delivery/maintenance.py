@@ -16,6 +16,7 @@ from redis.lock import Lock
 from delivery.enqueueing import get_scheduler, item_for
 from delivery.history import sample_quietly
 from delivery.models import Delivery
+from delivery.partitions import maintain_quietly
 from delivery.replay_window import feed_replays
 from delivery.retention import prune_quietly
 from tenants.models import Tenant
@@ -126,6 +127,8 @@ def sweep() -> dict[str, int]:
         # be enqueued into a schedule still being rebuilt (it is fed next sweep).
         result.update(feed_replays())
     sample_quietly()
+    # PostgreSQL: the days ahead exist before rows need them (a catalog look a minute).
+    result.update(maintain_quietly())
     # Last, in its own short transactions and within RETENTION_SWEEP_SECONDS: history
     # that has outlived its retention (delivery.retention); never open work.
     result.update(prune_quietly())

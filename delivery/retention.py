@@ -26,9 +26,10 @@ RETENTION_SWEEP_SECONDS and the next sweep goes on. Walks over primary-key range
 their position in Redis, so rows that must stay (old held work, events whose dead letters
 are still kept) are read once per pass, not once per sweep.
 
-On PostgreSQL a later change puts events, deliveries and attempts in time partitions keyed
-by the ULID's time; dropping a partition then replaces the batched DELETEs of whole
-days, and these functions keep only what partitions cannot express (payloads, audit).
+On PostgreSQL, events, deliveries and attempts live in day partitions (delivery.partitions):
+a day past RETENTION_DAYS is dropped whole first, after what these rules keep of it is put
+back (it lands in the default partitions). The batches below then find only those rows,
+payloads, and the small tables. What goes is the same either way; only the cost differs.
 """
 
 import logging
@@ -45,6 +46,7 @@ from django.utils import timezone
 
 from core import redis_connection
 from core.ids import ulid_floor
+from delivery import partitions
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery, ReplayJob
 from tenants.models import AuditEntry
@@ -67,7 +69,16 @@ KEEPS_PAYLOAD = (
     Delivery.Status.HELD,
     Delivery.Status.DEAD,
 )
-COUNTS = ("deliveries", "dead", "attempts", "events", "payloads", "audit", "replay_jobs")
+COUNTS = (
+    "partition_days",
+    "deliveries",
+    "dead",
+    "attempts",
+    "events",
+    "payloads",
+    "audit",
+    "replay_jobs",
+)
 
 
 @dataclass(frozen=True)
@@ -324,6 +335,29 @@ def prune_events(policy: Policy, budget: _Budget, result: Result, *, dry_run: bo
     return _walk("events", Event, below, budget, step, dry_run=dry_run)
 
 
+# The deliveries of a dropped day that stay (the complement of `prunable_deliveries`, as
+# SQL over the detached partition): open, held and dead ones still kept, and deliveries
+# delivered within RETENTION_DAYS (late ones: their event's day is older than they are).
+_KEEP_SQL = (
+    "(status <> 'delivered' AND NOT (status = 'dead' AND id < %s))"
+    " OR (status = 'delivered' AND (delivered_at IS NULL OR delivered_at >= %s))"
+)
+
+
+def drop_partitions(policy: Policy, result: Result, *, dry_run: bool) -> bool:
+    """PostgreSQL: drop the days wholly past RETENTION_DAYS. A dry run leaves this to the
+    batches, which count the same rows."""
+    if dry_run or not partitions.in_use():
+        return True
+    dropped = partitions.drop_expired(
+        policy.id_floor(policy.retention_days),
+        _KEEP_SQL,
+        [policy.id_floor(policy.dead_days), policy.before(policy.retention_days)],
+    )
+    result.add("partition_days", len(dropped))
+    return True
+
+
 def _prune_simple(queryset, name: str, budget: _Budget, result: Result, *, dry_run: bool) -> bool:
     """Small tables whose primary key follows time (autoincrement): the oldest rows are
     first in the key's order, so each batch reads about as many rows as it deletes."""
@@ -360,8 +394,9 @@ def prune(
     limit = settings.RETENTION_SWEEP_SECONDS if seconds is None else seconds
     budget = _Budget(None if until_done else limit, rest=rest)
     result = Result()
-    # Deliveries first, so their events can go in the same run.
+    # Whole days first; then deliveries, so their events can go in the same run.
     steps = (
+        lambda: drop_partitions(policy, result, dry_run=dry_run),
         lambda: prune_delivered(policy, budget, result, dry_run=dry_run),
         lambda: prune_dead(policy, budget, result, dry_run=dry_run),
         lambda: prune_events(policy, budget, result, dry_run=dry_run),

@@ -22,12 +22,15 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core import plain_insert
+from core.ids import new_ulid, ulid_time_ms
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
 from webhooks import key_hygiene
 from webhooks.fairness_key import KeyResult
 from webhooks.models import Event, Source, SourceSecret
+
+from . import idempotency
 
 TENANT_NAME_LENGTH = Tenant._meta.get_field("name").max_length
 FALLBACK_REASON_LENGTH = Event._meta.get_field("fallback_reason").max_length
@@ -149,8 +152,13 @@ def _existing(source: Source | None, tenant: Tenant | None, idempotency_key: str
 
 
 def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Delivery]:
+    # A delivery's id carries its event's time, not its own: on PostgreSQL it then lives
+    # in its event's day partition, and the day's partitions are dropped together
+    # (delivery.partitions). Its own time is `enqueued_at`.
+    event_ms = ulid_time_ms(event.id)
     return [
         Delivery(
+            id=new_ulid(event_ms),
             event=event,
             endpoint=endpoint,
             tenant=event.tenant,
@@ -207,8 +215,14 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
     # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and
     # the lock is then held for two INSERT statements, not for building them.
     inserts = [plain_insert.prepare([event]), plain_insert.prepare(deliveries)]
+    identity = _identity(fields)
     try:
         with transaction.atomic():
+            if identity is not None and idempotency.spans_partitions():
+                idempotency.lock([identity])
+                earlier = _stored_events({identity}).get(identity)
+                if earlier is not None:
+                    return Accepted(earlier, created=False, deliveries=0)
             plain_insert.execute(inserts)
             if source is not None and tenant is None:
                 Source.objects.filter(pk=source.pk).update(fallback_count=F("fallback_count") + 1)
@@ -324,6 +338,32 @@ def _plan_batch(items: list[EventFields], endpoints: "_Endpoints") -> _Plan:
     return plan
 
 
+def _refuse_stored_meanwhile(plan: _Plan) -> None:
+    """Across time partitions only (ingest.idempotency): lock the keys the batch inserts,
+    then look again whether one of them was stored since the plan's look-up. If so, the
+    same as a unique constraint's collision: roll back and plan again."""
+    identities = {
+        identity
+        for identity in (_event_identity(event) for event in plan.events)
+        if identity is not None
+    }
+    if not identities or not idempotency.spans_partitions():
+        return
+    idempotency.lock(list(identities))
+    if _stored_events(identities):
+        raise IntegrityError("an idempotency key of the batch was stored meanwhile")
+
+
+def _event_identity(event: Event) -> tuple | None:
+    if not event.idempotency_key:
+        return None
+    if event.source_id is not None:
+        return ("source", event.source_id, event.idempotency_key)
+    if event.tenant_id is not None:
+        return ("tenant", event.tenant_id, event.idempotency_key)
+    return None
+
+
 def accept_many(items: list[EventFields]) -> list[Accepted]:
     """Several events (each the keyword arguments of `accept`) in one transaction.
 
@@ -348,6 +388,7 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
         inserts = [plain_insert.prepare(events), plain_insert.prepare(plan.deliveries)]
         try:
             with transaction.atomic():
+                _refuse_stored_meanwhile(plan)
                 plain_insert.execute(inserts)
                 for source_pk, count in plan.fallbacks.items():
                     Source.objects.filter(pk=source_pk).update(

@@ -264,5 +264,9 @@ if PAYLOAD_RETENTION_DAYS > RETENTION_DAYS:
 # Rows per DELETE/UPDATE statement (each its own short transaction) and seconds per sweep.
 RETENTION_BATCH_SIZE = env_int("RETENTION_BATCH_SIZE", 2000, minimum=1, maximum=50_000)
 RETENTION_SWEEP_SECONDS = env_float("RETENTION_SWEEP_SECONDS", 5.0, minimum=0.1)
+# PostgreSQL: events, deliveries and attempts live in one partition per day (UTC); the
+# sweep makes this many days ahead (delivery.partitions), and drops a day whole once it is
+# past RETENTION_DAYS. Days not made in time still take rows (the default partition).
+PARTITION_DAYS_AHEAD = env_int("PARTITION_DAYS_AHEAD", 7, minimum=1, maximum=90)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.
 METRICS_AGE_THRESHOLDS = env_float_list("METRICS_AGE_THRESHOLDS", [60, 300, 900])

@@ -1,6 +1,7 @@
 """Recording a group of attempts: only open rows change, and on PostgreSQL the rows are
 found by primary key whatever the table statistics say."""
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from delivery.models import Attempt, Delivery
 from delivery.policy import Action, Decision
 from delivery.transport import HttpResult
 from tests.factories import make_backlog
+from tests.pg_plans import in_parent_names
 
 pytestmark = pytest.mark.django_db
 
@@ -67,6 +69,8 @@ def test_recording_finds_rows_by_primary_key_only_with_stale_statistics() -> Non
     with connection.cursor() as cursor:
         for sql in delivery_updates:
             cursor.execute(f"EXPLAIN {sql}")
-            plan = "\n".join(line for (line,) in cursor.fetchall())
+            plan = in_parent_names("\n".join(line for (line,) in cursor.fetchall()))
             used = {word for word in plan.split() if word.startswith("delivery_")}
+            # A partition's alias in the plan ("delivery_delivery_1") names no index.
+            used = {word for word in used if not re.fullmatch(r"delivery_delivery_\d+", word)}
             assert used <= {"delivery_delivery", "delivery_delivery_pkey", table}, plan

@@ -26,6 +26,7 @@ from delivery.models import Attempt, Delivery, ReplayJob
 from delivery.replay import resend
 from tenants.models import AuditEntry, Membership
 from tests.factories import make_endpoint, make_tenant, make_user
+from tests.pg_plans import in_parent_names
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db
@@ -433,6 +434,6 @@ def test_batches_can_use_the_indexes_on_postgresql() -> None:
         for indexes, queryset in queries.items():
             sql, params = queryset.query.sql_with_params()
             cursor.execute(f"EXPLAIN {sql}", params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            plan = in_parent_names("\n".join(row[0] for row in cursor.fetchall()))
             assert any(index in plan for index in indexes), plan
             assert "Seq Scan" not in plan, plan

@@ -1,0 +1,27 @@
+"""Query plans read in the parent tables' terms.
+
+On PostgreSQL the history tables are partitioned (delivery.partitions): a plan names each
+partition and each partition's own copy of an index. Tests that ask "does this query use
+index X" mean the model's index, whichever partitions it is read in.
+"""
+
+import re
+
+from django.db import connection
+
+
+def in_parent_names(plan: str) -> str:
+    """`plan` with every partition, and every partition's index, named after its parent."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, p.relname FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent"
+        )
+        parents = dict(cursor.fetchall())
+    if not parents:
+        return plan
+    # Longest first, so a partition's name is not replaced inside its index's name.
+    pattern = re.compile(
+        "|".join(re.escape(name) for name in sorted(parents, key=len, reverse=True))
+    )
+    return pattern.sub(lambda match: parents[match[0]], plan)
