@@ -40,3 +40,9 @@ def ulid_floor(now_ms: int) -> str:
         chars.append(_ALPHABET[value & 31])
         value >>= 5
     return "".join(reversed(chars))
+
+
+def looks_like_ulid(text: str) -> bool:
+    """Whether `text` could be an id of ours (26 Crockford base32 characters): the admin's
+    searches then look it up by index instead of matching it against every field."""
+    return len(text) == ULID_LENGTH and all(char in _DECODE for char in text.upper())

@@ -1,12 +1,18 @@
 """Loading a pick's deliveries, with their event and endpoint, for sending.
 
-A worker loads every delivery it leases, so this runs for each one: one plain SELECT
-(deliveries joined to their event and endpoint, only the columns sending and recording
-read) whose rows go straight to `Model.from_db`, with the database's converters applied
-only where a column needs one (aware datetimes and booleans on SQLite). Through the ORM
-the same load cost several times more: select_related + only() compiled for ~40% of a
-feed's CPU, and raw() then spent ~19% of a worker's CPU mapping columns and running
-converters row by row.
+A worker loads every delivery it leases, so this runs for each one: two plain SELECTs
+(deliveries joined to their endpoint, then their events by id; only the columns sending
+and recording read) whose rows go straight to `Model.from_db`, with the database's
+converters applied only where a column needs one (aware datetimes and booleans on
+SQLite). Through the ORM the same load cost several times more: select_related + only()
+compiled for ~40% of a feed's CPU, and raw() then spent ~19% of a worker's CPU mapping
+columns and running converters row by row.
+
+Why the events come in a query of their own: on PostgreSQL the events are in day
+partitions (delivery.partitions), and a join from deliveries cannot tell the planner
+which days it needs, so it read every day's partition (a hash join over all of them:
+15 times slower with 200,000 rows of history, bench/history.py). Their ids as constants
+prune it to the days they are in.
 """
 
 from collections.abc import Callable, Sequence
@@ -79,10 +85,11 @@ class _Part:
 
 
 class _Plan:
-    """The one SELECT (deliveries joined to their event and endpoint) for a database."""
+    """The two SELECTs (deliveries joined to their endpoint; events) for a database."""
 
     def __init__(self) -> None:
         self.parts = [_Part(Delivery), _Part(Event), _Part(Endpoint)]
+        delivery, event, endpoint = self.parts
         quote = connection.ops.quote_name
 
         def column(model: type[models.Model], name: str) -> str:
@@ -90,25 +97,26 @@ class _Plan:
             return f"{quote(model._meta.db_table)}.{quote(field.column)}"
 
         self.select = (
-            f"SELECT {', '.join(c for part in self.parts for c in part.columns)}"  # noqa: S608
+            f"SELECT {', '.join(delivery.columns + endpoint.columns)}"  # noqa: S608
             f" FROM {quote(Delivery._meta.db_table)}"  # quoted model metadata; the ids
-            f" JOIN {quote(Event._meta.db_table)}"  # are parameters
-            f" ON {column(Event, 'id')} = {column(Delivery, 'event')}"
-            f" JOIN {quote(Endpoint._meta.db_table)}"
+            f" JOIN {quote(Endpoint._meta.db_table)}"  # are parameters
             f" ON {column(Endpoint, 'id')} = {column(Delivery, 'endpoint')}"
             f" WHERE {column(Delivery, 'id')} IN "
         )
-        widths = [len(part.names) for part in self.parts]
-        self.slices = [
-            slice(sum(widths[:index]), sum(widths[: index + 1])) for index in range(len(widths))
-        ]
+        self.select_events = (
+            f"SELECT {', '.join(event.columns)} FROM {quote(Event._meta.db_table)}"  # noqa: S608
+            f" WHERE {column(Event, 'id')} IN "
+        )
+        width = len(delivery.names)
+        self.slices = [slice(0, width), slice(width, None)]
+        self.event_at = delivery.names.index("event_id")
 
 
 _PLANS: dict[str, _Plan] = {}
 
 
 def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
-    """The deliveries with their event and endpoint, in one query. A delivery whose row,
+    """The deliveries with their event and endpoint, in two queries. A delivery whose row,
     event or endpoint is gone (deleted meanwhile) is left out."""
     if not delivery_ids:
         return {}
@@ -117,18 +125,26 @@ def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
     wrapper = connections[DEFAULT_DB_ALIAS]
     plan = _PLANS.get(wrapper.vendor) or _PLANS.setdefault(wrapper.vendor, _Plan())
     ids = list(set(delivery_ids))
+    alias = wrapper.alias
+    (delivery_part, event_part, endpoint_part) = plan.parts
+    (delivery_at, endpoint_at) = plan.slices
     with wrapper.cursor() as cursor:
         cursor.execute(f"{plan.select}({', '.join(['%s'] * len(ids))})", ids)
         rows = cursor.fetchall()
-    alias = wrapper.alias
-    (delivery_part, event_part, endpoint_part) = plan.parts
-    (delivery_at, event_at, endpoint_at) = plan.slices
-    events: dict[object, Any] = {}
+        event_ids = list({row[plan.event_at] for row in rows})
+        events: dict[object, Any] = {}
+        if event_ids:
+            cursor.execute(f"{plan.select_events}({', '.join(['%s'] * len(event_ids))})", event_ids)
+            for values in cursor.fetchall():
+                event_part.shared(events, values, alias, wrapper)
     endpoints: dict[object, Any] = {}
     loaded = {}
     for row in rows:
+        event = events.get(row[plan.event_at])
+        if event is None:
+            continue  # deleted meanwhile
         delivery = delivery_part.build(row[delivery_at], alias, wrapper)
-        delivery.event = event_part.shared(events, row[event_at], alias, wrapper)
+        delivery.event = event
         delivery.endpoint = endpoint_part.shared(endpoints, row[endpoint_at], alias, wrapper)
         loaded[delivery.pk] = delivery
     return loaded

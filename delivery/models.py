@@ -149,6 +149,13 @@ class Attempt(models.Model):
             models.Index(fields=["delivery", "number"], name="attempt_delivery_number_idx"),
             # An endpoint's attempts of the last hour or day (dashboards.endpoint_health).
             models.Index(fields=["endpoint", "started_at"], name="attempt_endpoint_started_idx"),
+            # The admin's "outcome" filter for failures, newest first: only failed attempts
+            # are in it, so the many that delivered cost it nothing.
+            models.Index(
+                fields=["-id"],
+                condition=~models.Q(outcome="delivered"),
+                name="attempt_failed_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -227,6 +227,19 @@ def ensure_ahead(today: date | None = None, days_ahead: int | None = None) -> in
     return made
 
 
+def create_day(day: date) -> None:
+    """The three tables' partitions for the whole of `day` (a range no partition holds
+    yet): for loading history into a fresh database (bench/history.py)."""
+    with transaction.atomic():
+        for table in TABLES:
+            _create_range(
+                table,
+                f"{table.name}_p{day:%Y%m%d}",
+                day_floor(day),
+                day_floor(day + timedelta(days=1)),
+            )
+
+
 def _day_of(ulid: str) -> date:
     return datetime.fromtimestamp(ulid_time_ms(ulid) / 1000, UTC).date()
 
