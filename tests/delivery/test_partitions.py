@@ -189,3 +189,21 @@ def test_a_day_made_late_takes_its_rows_from_the_default_partition(hook, setting
     assert _where(Delivery, delivery.pk) == "delivery_delivery" + day
     assert _where(Attempt, attempt.pk) == "delivery_attempt" + day
     assert Delivery.objects.get(pk=delivery.pk).status == S.PENDING
+
+
+@postgresql_only
+def test_the_sweep_makes_the_days_ahead(settings, monkeypatch) -> None:
+    """The newest day is dropped (as if the sweep had been down a day); the next sweep
+    makes it again, once: the upkeep looks at most once a minute."""
+    from delivery import maintenance
+
+    newest = partitions.partitions(partitions.EVENT)[-2]
+    with connection.cursor() as cursor:
+        for table in partitions.TABLES:
+            name = newest.name.replace(partitions.EVENT.name, table.name)
+            cursor.execute(f'DROP TABLE "{name}"')
+    monkeypatch.setattr(partitions, "_last_maintained", 0.0)
+
+    assert maintenance.sweep()["partition_days_made"] == 1
+    assert "partition_days_made" not in maintenance.sweep()  # not again within the minute
+    assert partitions.partitions(partitions.EVENT)[-2] == newest
