@@ -10,6 +10,7 @@ development database, is counted exactly.
 
 import json
 
+from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
 from django.db import connections
 from django.utils.functional import cached_property
@@ -21,7 +22,10 @@ EXACT_BELOW = 20_000
 def planner_estimate(queryset) -> int:
     """The rows PostgreSQL's planner expects `queryset` to return (no query is run)."""
     connection = connections[queryset.db]
-    sql, params = queryset.order_by().query.sql_with_params()
+    try:
+        sql, params = queryset.order_by().query.sql_with_params()
+    except EmptyResultSet:  # e.g. .none(): a filter that can match nothing
+        return 0
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         (plan,) = cursor.fetchone()

@@ -78,6 +78,7 @@ def test_lists_are_newest_first(staff_client, history) -> None:
 def test_the_count_is_the_planners_estimate_on_postgresql(history, monkeypatch) -> None:
     queryset = Delivery.objects.order_by("-id")
     assert EstimatedCountPaginator(queryset, 100).count == 6  # small: counted exactly
+    assert EstimatedCountPaginator(queryset.none(), 100).count == 0
     monkeypatch.setattr(admin_paging, "EXACT_BELOW", 0)
     counted = EstimatedCountPaginator(queryset, 100).count
     if connection.vendor == "postgresql":
