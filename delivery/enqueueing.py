@@ -29,7 +29,7 @@ def get_scheduler() -> Scheduler:
     """One Scheduler (and connection pool) per process, built from settings on first use."""
     global _scheduler
     if _scheduler is None:
-        _scheduler = Scheduler.from_settings(redis_connection.shared())
+        _scheduler = Scheduler.from_settings(redis_connection.scheduler())
     return _scheduler
 
 

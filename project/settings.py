@@ -20,6 +20,7 @@ from core.env import (
     env_str,
     secret_from_file_or_env,
 )
+from core import redis_connection
 from project import embedded_redis, launch
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -136,6 +137,16 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
 # command of the schedule's client gives up after this long (options in REDIS_URL win).
 REDIS_SOCKET_TIMEOUT = env_float("REDIS_SOCKET_TIMEOUT", 3.0, minimum=0.5)
 REDIS_CONNECT_TIMEOUT = env_float("REDIS_CONNECT_TIMEOUT", 1.0, minimum=0.1)
+
+# The schedule's own Redis; empty means REDIS_URL's. May be a Redis Cluster, given by seed
+# nodes as redis+cluster://host:port,host:port (RQ's queues stay on REDIS_URL: RQ needs
+# one server). See docs/SCHEDULER.md, "Sharding".
+SCHEDULER_REDIS_URL = env_str("SCHEDULER_REDIS_URL", "")
+if SCHEDULER_REDIS_URL:
+    try:
+        redis_connection.check_url(SCHEDULER_REDIS_URL)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"SCHEDULER_REDIS_URL is not valid: {exc}") from exc
 
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from core.ids import ULID_LENGTH, new_ulid
 
@@ -37,7 +38,7 @@ def _rate(value: float | None, what: str) -> str:
 class Scheduler:
     def __init__(
         self,
-        connection: redis.Redis,
+        connection: "redis.Redis | RedisCluster",
         *,
         mode: str = "fair",
         shard: int = 0,
@@ -73,7 +74,7 @@ class Scheduler:
         self._scripts = scripts.register_all(connection)
 
     @classmethod
-    def from_settings(cls, connection: redis.Redis) -> "Scheduler":
+    def from_settings(cls, connection: "redis.Redis | RedisCluster") -> "Scheduler":
         """A scheduler on `connection`, configured from django.conf.settings read now (the
         scheduler itself needs no Django: this is its one door to it)."""
         from django.conf import settings
@@ -197,7 +198,7 @@ class Scheduler:
             return
         # Block for less than the client's socket timeout, which would otherwise cut the
         # wait short and drop the connection (the next command would reconnect).
-        limit = self.connection.connection_pool.connection_kwargs.get("socket_timeout")
+        limit = self.connection.get_connection_kwargs().get("socket_timeout")
         if limit:
             timeout = max(0.01, min(timeout, limit * 0.8))
         with contextlib.suppress(redis.TimeoutError):
