@@ -11,6 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core import redis_connection
 from core.env import (
     env_bool,
     env_float,
@@ -20,7 +21,6 @@ from core.env import (
     env_str,
     secret_from_file_or_env,
 )
-from core import redis_connection
 from project import embedded_redis, launch
 
 BASE_DIR = Path(__file__).resolve().parent.parent

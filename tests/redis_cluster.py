@@ -5,11 +5,8 @@ Every wait is on a condition the servers report (PING, CLUSTER INFO), with gener
 bounds: on a busy two-core machine a node may take seconds to gossip its slots.
 """
 
-import contextlib
-import ctypes
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -49,17 +46,10 @@ def free_cluster_port() -> int:
     """A port free for clients whose bus port (+10000) is free too: the kernel's ephemeral
     ports can sit too high for that, so draw from a range where both fit."""
     for _ in range(200):
-        port = random.randrange(20000, 50000)  # noqa: S311 (a port, not a secret)
+        port = random.randrange(20000, 50000)
         if _port_is_free(port) and _port_is_free(port + BUS_PORT_OFFSET):
             return port
     raise RuntimeError("redis cluster: no free port pair found")
-
-
-def _die_with_parent() -> None:
-    """Linux: the node is killed if the test session dies without its teardown (kill -9),
-    so no orphaned server keeps a port. Elsewhere teardown alone stops the nodes."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _answers(client: redis.Redis) -> bool:
@@ -98,7 +88,6 @@ class ClusterNode:
                     *("--logfile", str(self.directory / f"redis-{self.port}.log")),
                 ],
                 stdout=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads of ours yet)
             )
             client = self.client
             wait_until(
