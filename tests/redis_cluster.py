@@ -10,13 +10,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
 from project.embedded_redis import find_redis_server
+from tests.waiting import wait_until
 
 SLOTS = 16384
 BUS_PORT_OFFSET = 10000  # Redis's default cluster bus port: the client port + 10000
@@ -25,12 +25,9 @@ FORM_SECONDS = 60.0
 START_ATTEMPTS = 5
 
 
-def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"redis cluster: {what} within {seconds:.0f}s")
-        time.sleep(0.05)
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    if not wait_until(condition, seconds):
+        raise RuntimeError(f"redis cluster: {what} within {seconds:.0f}s")
 
 
 def _port_is_free(port: int) -> bool:
@@ -90,7 +87,7 @@ class ClusterNode:
                 stdout=subprocess.DEVNULL,
             )
             client = self.client
-            wait_until(
+            wait_for(
                 lambda: _answers(client) or self.process.poll() is not None,  # noqa: B023
                 START_SECONDS,
                 f"node on port {self.port} did not answer",
@@ -149,7 +146,7 @@ class RedisCluster:
     def wait_until_ok(self) -> None:
         """Every node knows every master and serves all slots: only then do clients get a
         complete slot map from whichever node they ask first."""
-        wait_until(
+        wait_for(
             lambda: all(self._formed(node) for node in self.nodes),
             FORM_SECONDS,
             "cluster_state did not become ok on every node",
