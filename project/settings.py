@@ -192,6 +192,10 @@ if SCHEDULER_RETRY_MIN_SHARE > 1:
     raise ImproperlyConfigured("SCHEDULER_RETRY_MIN_SHARE must be between 0 and 1.")
 SCHEDULER_FALLBACK_WEIGHT = env_int("SCHEDULER_FALLBACK_WEIGHT", 1, minimum=1, maximum=16)
 SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
+# The schedule split into this many shards by destination endpoint, tagged SCHEDULER_SHARD,
+# SCHEDULER_SHARD + 1, ... (docs/SCHEDULER.md, "Shards"). Changing it moves endpoints
+# between shards: rebuild the schedule after (manage.py rebuild_lanes).
+SCHEDULER_SHARDS = env_int("SCHEDULER_SHARDS", 1, minimum=1, maximum=64)
 # Deliveries per second for a tenant whose own rate is empty; 0 = unlimited.
 TENANT_DEFAULT_RATE_PER_SECOND = env_float("TENANT_DEFAULT_RATE_PER_SECOND", 0.0)
 if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:
