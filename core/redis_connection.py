@@ -10,7 +10,9 @@ any layer may use them, so none of them reaches up into the scheduler's package 
 from urllib.parse import parse_qsl, urlsplit
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 
 # Every key the platform writes starts with this: the scheduler's `wh:{<shard>}:` (the
 # braces are a Redis Cluster hash tag), everything else `wh:<area>:`.
@@ -19,6 +21,12 @@ KEY_PREFIX = "wh:"
 # Any one reachable seed is enough; the client learns the slot map from it.
 CLUSTER_SCHEME = "redis+cluster"
 CLUSTER_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float}
+
+# A cluster command that meets a dead master is retried this often, briefly, then fails:
+# the callers ride out a failover themselves (a worker backs off and picks again, ingest
+# flags the deliveries for the sweeper), while a shard still up is not held up behind it.
+# redis-py's default (3 retries, backoff up to 10 s) held every pick 4-13 s here.
+CLUSTER_RETRIES = 2
 
 Client = redis.Redis | RedisCluster
 _clients: dict[str, Client] = {}
@@ -74,7 +82,11 @@ def connect(
     options = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_connect_timeout}
     if not is_cluster_url(url):
         return redis.Redis.from_url(url, **options)
-    return RedisCluster(startup_nodes=cluster_seeds(url), **(options | _cluster_options(url)))
+    return RedisCluster(
+        startup_nodes=cluster_seeds(url),
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), CLUSTER_RETRIES),
+        **(options | _cluster_options(url)),
+    )
 
 
 def _client_for(url: str) -> Client:

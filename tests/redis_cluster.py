@@ -23,6 +23,9 @@ BUS_PORT_OFFSET = 10000  # Redis's default cluster bus port: the client port + 1
 START_SECONDS = 30.0
 FORM_SECONDS = 60.0
 START_ATTEMPTS = 5
+# How long a silent master takes to be marked failed (and a replica to take over): short,
+# so that chaos tests see it happen within seconds.
+NODE_TIMEOUT_MS = 2000
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -74,27 +77,40 @@ class ClusterNode:
         server binds it, so a node that exits at once is retried on other ports."""
         for _ in range(START_ATTEMPTS):
             self.port = free_cluster_port()
-            config = self.directory / f"nodes-{self.port}.conf"
-            self.process = subprocess.Popen(
-                [
-                    find_redis_server(),
-                    *("--port", str(self.port), "--bind", "127.0.0.1"),
-                    *("--cluster-enabled", "yes", "--cluster-config-file", str(config)),
-                    *("--cluster-node-timeout", "2000"),
-                    *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
-                    *("--logfile", str(self.directory / f"redis-{self.port}.log")),
-                ],
-                stdout=subprocess.DEVNULL,
-            )
-            client = self.client
-            wait_for(
-                lambda: _answers(client) or self.process.poll() is not None,  # noqa: B023
-                START_SECONDS,
-                f"node on port {self.port} did not answer",
-            )
-            if self.process.poll() is None:
+            if self._launch():
                 return
         raise RuntimeError(f"redis cluster: no node started in {START_ATTEMPTS} attempts")
+
+    def restart(self) -> None:
+        """Back on its port, empty (nothing was persisted) but with its nodes.conf: it
+        rejoins the cluster with the slots it had, as a master restarted after a crash."""
+        self.stop()
+        if not self._launch():
+            raise RuntimeError(f"redis cluster: node on port {self.port} did not restart")
+
+    def _launch(self) -> bool:
+        config = self.directory / f"nodes-{self.port}.conf"
+        self.process = subprocess.Popen(
+            [
+                find_redis_server(),
+                *("--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--cluster-enabled", "yes", "--cluster-config-file", str(config)),
+                *("--cluster-node-timeout", str(NODE_TIMEOUT_MS)),
+                # A master lost without a replica takes its slots down, not the others':
+                # the other shards' keys stay served (a shard per master, see SCHEDULER.md).
+                *("--cluster-require-full-coverage", "no"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
+                *("--logfile", str(self.directory / f"redis-{self.port}.log")),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = self.client
+        wait_for(
+            lambda: _answers(client) or self.process.poll() is not None,
+            START_SECONDS,
+            f"node on port {self.port} did not answer",
+        )
+        return self.process.poll() is None
 
     def stop(self) -> None:
         """Gone at once, keeping nothing: as a crash."""
