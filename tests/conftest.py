@@ -142,6 +142,18 @@ def scheduler_conn(scheduler_redis_url: str) -> Iterator[redis_connection.Client
     client.close()
 
 
+@pytest.fixture(params=[1, 3], ids=["one-shard", "three-shards"])
+def scheduler_shards(request: pytest.FixtureRequest, settings) -> Iterator[int]:
+    """The test runs with the schedule in one shard, then split in three (same Redis):
+    whatever reads it through get_scheduler() must see the shards merged."""
+    from delivery.enqueueing import reset_scheduler
+
+    settings.SCHEDULER_SHARDS = request.param
+    reset_scheduler()
+    yield request.param
+    reset_scheduler()
+
+
 @pytest.fixture
 def engine():
     """start(concurrency) runs a DeliveryEngine in this process; all are stopped after."""
