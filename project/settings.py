@@ -196,6 +196,15 @@ SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
 # SCHEDULER_SHARD + 1, ... (docs/SCHEDULER.md, "Shards"). Changing it moves endpoints
 # between shards: rebuild the schedule after (manage.py rebuild_lanes).
 SCHEDULER_SHARDS = env_int("SCHEDULER_SHARDS", 1, minimum=1, maximum=64)
+# The shards this process's workers pick from (indexes 0 to SCHEDULER_SHARDS - 1); empty
+# means all. Acks and renewals still go to whichever shard holds a lease.
+SCHEDULER_PICK_SHARDS = env_list("SCHEDULER_PICK_SHARDS", [])
+if not all(i.isdigit() and int(i) < SCHEDULER_SHARDS for i in SCHEDULER_PICK_SHARDS):
+    raise ImproperlyConfigured(
+        f"SCHEDULER_PICK_SHARDS={','.join(SCHEDULER_PICK_SHARDS)!r} is not valid: shard"
+        f" indexes from 0 to {SCHEDULER_SHARDS - 1} (SCHEDULER_SHARDS - 1), comma-separated."
+    )
+SCHEDULER_PICK_SHARDS = sorted({int(i) for i in SCHEDULER_PICK_SHARDS})
 # Deliveries per second for a tenant whose own rate is empty; 0 = unlimited.
 TENANT_DEFAULT_RATE_PER_SECOND = env_float("TENANT_DEFAULT_RATE_PER_SECOND", 0.0)
 if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:

@@ -49,10 +49,15 @@ class ShardsUnavailable(redis.RedisError):
 
 
 class ShardedScheduler:
-    def __init__(self, shards: Sequence[Scheduler]) -> None:
+    def __init__(self, shards: Sequence[Scheduler], pick_from: Sequence[int] = ()) -> None:
+        """`pick_from`: the indexes of the shards this process picks from (and waits on);
+        empty means all. Every other call goes to whichever shard it concerns."""
         if len(shards) < 2:
             raise ValueError("a ShardedScheduler needs two shards or more; use a Scheduler")
+        if not all(0 <= index < len(shards) for index in pick_from):
+            raise ValueError(f"pick_from {list(pick_from)} names a shard that does not exist")
         self.shards = list(shards)
+        self._pickable = sorted(set(pick_from)) or list(range(len(shards)))
         self.connection = shards[0].connection
         self.mode = shards[0].mode
         self._start = 0  # the shard a pick asks first: rotated so none starves
@@ -69,7 +74,7 @@ class ShardedScheduler:
             Scheduler.from_settings(connection, shard=base + i)
             for i in range(settings.SCHEDULER_SHARDS)
         ]
-        return cls(shards)
+        return cls(shards, pick_from=settings.SCHEDULER_PICK_SHARDS)
 
     def shard_for(self, endpoint_id: int) -> Scheduler:
         return self.shards[shard_index(endpoint_id, len(self.shards))]
@@ -119,8 +124,8 @@ class ShardedScheduler:
         pick asks one shard when that one has enough work, and every shard is asked first
         as often as any other. A shard that fails is skipped for DOWN_SECONDS while the
         others are served; only when none answers does the pick raise."""
-        count = len(self.shards)
-        order = [(self._start + step) % count for step in range(count)]
+        count = len(self._pickable)
+        order = [self._pickable[(self._start + step) % count] for step in range(count)]
         self._start = (self._start + 1) % count
         leases: list[Lease] = []
         waits: list[float] = []
@@ -179,11 +184,13 @@ class ShardedScheduler:
         short turns."""
         if timeout <= 0:
             return
+        first, *others = (self.shards[index] for index in self._pickable)
         if not isinstance(self.connection, RedisCluster):
-            self.shards[0].wait(timeout, also=[shard.keys.wake for shard in self.shards[1:]])
+            first.wait(timeout, also=[shard.keys.wake for shard in others])
             return
-        self._wake_turn = (self._wake_turn + 1) % len(self.shards)
-        self.shards[self._wake_turn].wait(min(timeout, CLUSTER_WAKE_POLL_SECONDS))
+        self._wake_turn = (self._wake_turn + 1) % len(self._pickable)
+        watched = self.shards[self._pickable[self._wake_turn]]
+        watched.wait(min(timeout, CLUSTER_WAKE_POLL_SECONDS))
 
     def snapshot(
         self, top_n: int = 20, age_buckets: Sequence[float] = snapshot.DEFAULT_AGE_BUCKETS

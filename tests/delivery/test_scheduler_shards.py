@@ -191,3 +191,20 @@ def test_a_sharded_scheduler_from_settings_takes_consecutive_tags(settings, sche
     assert [shard.shard for shard in sched.shards] == [4, 5, 6]
     assert {shard.turn_size for shard in sched.shards} == {2}
     assert sched.shards[1].keys.prefix == redis_connection.KEY_PREFIX + "{5}:"
+
+
+def test_a_worker_may_pick_from_some_shards_only_and_still_acks_anywhere(scheduler_conn):
+    everyone = sharded(scheduler_conn)
+    only_two = ShardedScheduler(everyone.shards, pick_from=[2])
+    e0, e2 = endpoints_on(0, 1)[0], endpoints_on(2, 1)[0]
+    everyone.enqueue(batch(1, e0, 3, max_in_flight=9) + batch(1, e2, 3, max_in_flight=9))
+
+    picked = [lease for _ in range(3) for lease in only_two.pick("w", 5).leases]
+    assert {lease.endpoint_id for lease in picked} == {e2}
+    assert len(picked) == 3
+
+    mine = everyone.pick("w", 5).leases  # another worker's leases, on shard 0
+    assert only_two.ack(mine) == [] and only_two.renew(picked) == []
+    assert everyone.snapshot().in_flight == 3
+    with pytest.raises(ValueError, match="does not exist"):
+        ShardedScheduler(everyone.shards, pick_from=[3])
