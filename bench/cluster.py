@@ -20,11 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import redis
 from scheduler import WIDE_CAP, RoundTrips, connect  # bench/scheduler.py
 
 from core import redis_connection
 from core.ids import new_ulid
-from delivery.scheduler import Item, Scheduler, ShardedScheduler
+from delivery.scheduler import Item, Scheduler, ShardedScheduler, ShardsUnavailable
 from tests.redis_cluster import RedisCluster
 
 TENANTS, ENDPOINTS = 50, 30
@@ -71,6 +72,56 @@ def run(sched, n: int, batch: int, counter: RoundTrips) -> dict:
     }
 
 
+def master_killed(cluster: RedisCluster, client, n: int) -> dict:
+    """Three shards, one per master, drained by a pick(10)+ack loop; a third of the way in
+    the master of shard 1 is killed (no replica). The loop keeps serving the other shards;
+    then the master restarts empty and its shard is rebuilt from `open_items`, which plays
+    the database's part (as maintenance.sweep does). Lost = enqueued but never acked."""
+    sched = setups(client, client)["cluster, 3 shards"]
+    for shard in sched.shards:
+        shard.start_epoch()
+    items = {item.delivery_id: item for item in work(n)}
+    sched.enqueue(list(items.values()))
+    victim_port = client.get_node_from_key(sched.shards[1].keys.stats).port
+    (victim,) = [node for node in cluster.nodes if node.port == victim_port]
+    acked: set[str] = set()
+    handed = 0
+    killed = restarted = False
+    started = time.perf_counter()
+    while len(acked) < n and time.perf_counter() - started < 120:
+        if not killed and len(acked) >= n // 3:
+            victim.stop()
+            killed = True
+        try:
+            leases = sched.pick("bench", 10).leases
+        except redis.RedisError:
+            leases = []
+        handed += len(leases)
+        try:
+            sched.ack(leases)
+            acked.update(lease.delivery_id for lease in leases)
+        except ShardsUnavailable as exc:
+            failed = {lease.delivery_id for lease in exc.pending}
+            acked.update(lease.delivery_id for lease in leases if lease.delivery_id not in failed)
+        if killed and not restarted and not leases:  # the others are drained
+            victim.restart()
+            cluster.wait_until_ok()
+            restarted = True
+            sched._down_until = [0.0] * len(sched.shards)  # as after DOWN_SECONDS
+            lost_shard = sched.shards[1]
+            assert lost_shard.epoch() is None
+            open_items = [items[i] for i in items if i not in acked]
+            lost_shard.enqueue(
+                [i for i in open_items if sched.shard_for(i.endpoint_id) is lost_shard]
+            )
+            lost_shard.start_epoch()
+    return {
+        "cluster_master_killed_lost": n - len(acked),
+        "cluster_master_killed_handed_out_again": handed - len(acked),
+        "cluster_master_killed_seconds": time.perf_counter() - started,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/")
@@ -96,6 +147,12 @@ def main() -> None:
             results[f"pick_{batch}"] = rounds
         plain.flushdb()
         report(results, args)
+        cluster.flush()
+        killed = master_killed(cluster, cluster_client, args.deliveries)
+        print(f"\nmaster killed mid-run: {killed}")
+        if args.json:
+            summary = json.loads(args.json.read_text())
+            args.json.write_text(json.dumps(summary | killed, indent=2))
     finally:
         cluster.stop()
 

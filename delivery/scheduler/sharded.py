@@ -149,7 +149,7 @@ class ShardedScheduler:
         return PickResult(leases=leases, wait_seconds=0.0 if leases else min(waits))
 
     def ack(self, leases: Sequence[Lease], *, outcome: str = "done") -> list[str]:
-        groups = self._grouped(leases, lambda lease: lease.endpoint_id)
+        groups = self._grouped(leases, _endpoint)
         lost = self._each(groups, lambda shard, group: shard.ack(group, outcome=outcome))
         return [i for ids in lost for i in ids]
 
