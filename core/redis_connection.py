@@ -1,13 +1,13 @@
 """The process's Redis clients for the platform's own keys, configured from settings when
-first used: `shared()` for REDIS_URL (the dashboards' history gate, the fairness-key counts,
-RQ's neighbours), `scheduler()` for SCHEDULER_REDIS_URL (the schedule), which may be a Redis
-Cluster.
+first used: `shared()` for REDIS_URL (RQ's neighbours: the workers' maintenance locks, the
+fairness-key counts, the dashboards' status memory), `scheduler()` for SCHEDULER_REDIS_URL
+(the schedule), which may be a Redis Cluster.
 
 One client per URL means one connection pool per process, whichever app asks first; apps at
 any layer may use them, so none of them reaches up into the scheduler's package for a socket.
 """
 
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -17,8 +17,8 @@ from redis.retry import Retry
 # Every key the platform writes starts with this: the scheduler's `wh:{<shard>}:` (the
 # braces are a Redis Cluster hash tag), everything else `wh:<area>:`.
 KEY_PREFIX = "wh:"
-# `redis+cluster://host:port,host:port[?socket_timeout=..]`: seed nodes of a Redis Cluster.
-# Any one reachable seed is enough; the client learns the slot map from it.
+# `redis+cluster://[user:password@]host:port,host:port[?socket_timeout=..]`: seed nodes of
+# a Redis Cluster. Any one reachable seed is enough; the client learns the slot map from it.
 CLUSTER_SCHEME = "redis+cluster"
 CLUSTER_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float}
 
@@ -40,7 +40,7 @@ def cluster_seeds(url: str) -> list[ClusterNode]:
     """The seed nodes of a redis+cluster:// URL; ValueError names what is wrong."""
     parts = urlsplit(url)
     seeds = []
-    for address in filter(None, parts.netloc.split(",")):
+    for address in filter(None, parts.netloc.rpartition("@")[2].split(",")):
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"{address!r} in {url!r} is not host:port")
@@ -56,13 +56,22 @@ def check_url(url: str) -> None:
     """ValueError unless `url` is one connect() takes (for settings, at start-up)."""
     if is_cluster_url(url):
         cluster_seeds(url)
-        _cluster_options(url)
+        cluster_options(url)
     elif not url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"{url!r}: expected redis://, rediss://, unix:// or {CLUSTER_SCHEME}://")
 
 
-def _cluster_options(url: str) -> dict[str, float]:
-    options = {}
+def cluster_options(url: str) -> dict[str, float | str]:
+    """The client options in a redis+cluster:// URL: the query's timeouts, and the
+    credentials before the `@`, read as redis-py reads a redis:// URL's (`user:password`,
+    `:password`, percent-decoded)."""
+    options: dict[str, float | str] = {}
+    credentials, at, _ = urlsplit(url).netloc.rpartition("@")
+    username, _, password = credentials.partition(":")
+    if at and username:
+        options["username"] = unquote(username)
+    if at and password:
+        options["password"] = unquote(password)
     for name, value in parse_qsl(urlsplit(url).query):
         if name not in CLUSTER_OPTIONS:
             raise ValueError(f"{url!r}: unknown option {name!r} (known: {sorted(CLUSTER_OPTIONS)})")
@@ -85,7 +94,7 @@ def connect(
     return RedisCluster(
         startup_nodes=cluster_seeds(url),
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), CLUSTER_RETRIES),
-        **(options | _cluster_options(url)),
+        **(options | cluster_options(url)),
     )
 
 

@@ -64,3 +64,18 @@ def test_the_scheduler_uses_its_own_url_and_rq_keeps_redis_url(settings, redis_c
         assert type(redis_connection.shared()) is redis.Redis
     finally:
         redis_connection.forget()
+
+
+def test_cluster_credentials_are_read_as_redis_py_reads_a_redis_url():
+    url = "redis+cluster://app:p%40ss@10.0.0.1:7000,10.0.0.2:7000?socket_timeout=2"
+
+    assert redis_connection.cluster_options(url) == {
+        "username": "app",
+        "password": "p@ss",
+        "socket_timeout": 2.0,
+    }
+    assert [(n.host, n.port) for n in redis_connection.cluster_seeds(url)] == [
+        ("10.0.0.1", 7000),
+        ("10.0.0.2", 7000),
+    ]
+    assert redis_connection.cluster_options("redis+cluster://:secret@h:1") == {"password": "secret"}
