@@ -15,21 +15,25 @@ from django.db import transaction
 from core import redis_connection
 from delivery import scheduler
 from delivery.models import Delivery
-from delivery.scheduler import Item, Scheduler
+from delivery.scheduler import Item, Scheduler, ShardedScheduler
 
 logger = logging.getLogger(__name__)
-_scheduler: Scheduler | None = None
+_scheduler: Scheduler | ShardedScheduler | None = None
 
 # The one place the database's lanes meet the scheduler's words for them: the scheduler
 # is a library of its own (no Django, no models) and names its lanes itself.
 SCHEDULER_LANE = {Delivery.Lane.FRESH: scheduler.FRESH, Delivery.Lane.RETRY: scheduler.RETRY}
 
 
-def get_scheduler() -> Scheduler:
-    """One Scheduler (and connection pool) per process, built from settings on first use."""
+def get_scheduler() -> Scheduler | ShardedScheduler:
+    """One Scheduler (and connection pool) per process, built from settings on first use:
+    SCHEDULER_SHARDS > 1 gives a ShardedScheduler, the same face over several shards."""
     global _scheduler
     if _scheduler is None:
-        _scheduler = Scheduler.from_settings(redis_connection.shared())
+        from django.conf import settings
+
+        kind = ShardedScheduler if settings.SCHEDULER_SHARDS > 1 else Scheduler
+        _scheduler = kind.from_settings(redis_connection.scheduler())
     return _scheduler
 
 
@@ -68,7 +72,9 @@ def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
     try:
         get_scheduler().enqueue([item_for(delivery) for delivery in deliveries])
     except redis.RedisError as exc:
-        ids = [delivery.id for delivery in deliveries]
+        # With shards, those that answered have their deliveries already: flag the rest
+        # only, or the sweeper would enqueue those twice.
+        ids = getattr(exc, "pending", None) or [delivery.id for delivery in deliveries]
         Delivery.objects.filter(id__in=ids).update(needs_schedule=True)
         logger.warning("Redis unavailable (%s): %d deliveries left for the sweeper", exc, len(ids))
         return False

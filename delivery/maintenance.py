@@ -7,8 +7,9 @@ the open deliveries. Deliveries committed while Redis was unreachable are flagge
 """
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+import redis
 from django.db.models import QuerySet
 from redis.exceptions import LockError
 from redis.lock import Lock
@@ -19,6 +20,7 @@ from delivery.models import Delivery
 from delivery.partitions import maintain_quietly
 from delivery.replay_window import feed_replays
 from delivery.retention import prune_quietly
+from delivery.scheduler import Scheduler, ShardsUnavailable
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -44,33 +46,45 @@ def _batches(queryset: QuerySet) -> Iterator[list[Delivery]]:
         last_id = batch[-1].id
 
 
-def rebuild_lock() -> Lock:
-    scheduler = get_scheduler()
-    return scheduler.connection.lock(
-        scheduler.keys.rebuild_lock, timeout=REBUILD_LOCK_SECONDS, blocking=False
+def rebuild_lock(shard: Scheduler | None = None) -> Lock:
+    """The lock of one shard's rebuild (the first shard's by default): shards are rebuilt
+    each on its own, so a lost shard never waits for, or clears, another."""
+    shard = shard or get_scheduler().shards[0]
+    return shard.connection.lock(
+        shard.keys.rebuild_lock, timeout=REBUILD_LOCK_SECONDS, blocking=False
     )
 
 
-def rebuild_schedule(progress: Callable[[int], None] | None = None) -> int:
-    """Clear the schedule and enqueue every open delivery again; returns how many.
-    Raises RebuildInProgress, changing nothing, while another rebuild runs."""
-    lock = rebuild_lock()
-    if not lock.acquire():
-        raise RebuildInProgress("another process is rebuilding the schedule")
-    try:
-        return _rebuild(lock, progress)
-    finally:
+def rebuild_schedule(
+    progress: Callable[[int], None] | None = None, *, shards: Sequence[Scheduler] | None = None
+) -> int:
+    """Clear the schedule's shards (all, or `shards`) and enqueue every open delivery again,
+    each into its shard; returns how many. Raises RebuildInProgress while another process
+    rebuilds one of them: that one is left alone, the others are rebuilt all the same."""
+    count, busy = 0, []
+    for shard in get_scheduler().shards if shards is None else shards:
+        lock = rebuild_lock(shard)
+        if not lock.acquire():
+            busy.append(shard.shard)
+            continue
         try:
-            lock.release()
-        except LockError:
-            logger.warning("the schedule rebuild outlasted its lock; another may have overlapped")
+            done = count
+            count += _rebuild(shard, lock, progress and (lambda n, done=done: progress(done + n)))
+        finally:
+            try:
+                lock.release()
+            except LockError:
+                logger.warning("a schedule rebuild outlasted its lock; another may have overlapped")
+    if busy:
+        raise RebuildInProgress(f"another process is rebuilding the schedule (shards {busy})")
+    return count
 
 
-def _rebuild(lock: Lock, progress: Callable[[int], None] | None) -> int:
-    scheduler = get_scheduler()
-    scheduler.clear()
+def _rebuild(shard: Scheduler, lock: Lock, progress: Callable[[int], None] | None) -> int:
+    router = get_scheduler()
+    shard.clear()
     for tenant in Tenant.objects.filter(is_active=False):
-        scheduler.set_tenant(
+        shard.set_tenant(
             tenant.pk,
             weight=tenant.weight,
             paused=True,
@@ -81,31 +95,58 @@ def _rebuild(lock: Lock, progress: Callable[[int], None] | None) -> int:
     ).select_related("tenant", "endpoint")
     count = 0
     for batch in _batches(open_deliveries):
-        scheduler.enqueue([item_for(delivery) for delivery in batch])
-        Delivery.objects.filter(id__in=[d.id for d in batch], needs_schedule=True).update(
+        # Every shard's rebuild reads all open rows: rebuilds are rare, and the shard of a
+        # row is a function of its endpoint that only the scheduler knows.
+        mine = [d for d in batch if router.shard_for(d.endpoint_id) is shard]
+        shard.enqueue([item_for(delivery) for delivery in mine])
+        Delivery.objects.filter(id__in=[d.id for d in mine], needs_schedule=True).update(
             needs_schedule=False
         )
-        count += len(batch)
+        count += len(mine)
         lock.extend(REBUILD_LOCK_SECONDS, replace_ttl=True)
         if progress:
             progress(count)
-    scheduler.start_epoch()
-    logger.warning("schedule rebuilt from the database: %d open deliveries", count)
+    shard.start_epoch()
+    logger.warning(
+        "schedule shard %d rebuilt from the database: %d open deliveries", shard.shard, count
+    )
     return count
 
 
 def schedule_flagged() -> int:
-    """Enqueue deliveries committed while Redis was unreachable."""
+    """Enqueue deliveries committed while Redis was unreachable. With shards, those of a
+    shard still unreachable stay flagged for the next sweep; the rest are scheduled."""
     scheduler = get_scheduler()
     flagged = Delivery.objects.filter(needs_schedule=True).select_related("tenant", "endpoint")
     count = 0
     for batch in _batches(flagged):
         open_ones = [d for d in batch if d.status in Delivery.OPEN_STATUSES]
+        pending: set[str] = set()
         if open_ones:
-            scheduler.enqueue([item_for(delivery) for delivery in open_ones])
-        Delivery.objects.filter(id__in=[d.id for d in batch]).update(needs_schedule=False)
-        count += len(open_ones)
+            try:
+                scheduler.enqueue([item_for(delivery) for delivery in open_ones])
+            except ShardsUnavailable as exc:
+                pending = set(exc.pending)
+        done = [d.id for d in batch if d.id not in pending]
+        Delivery.objects.filter(id__in=done).update(needs_schedule=False)
+        count += len(open_ones) - len(pending)
     return count
+
+
+def _lost_shards() -> list[Scheduler]:
+    """Shards whose schedule is gone (no epoch). One that does not answer is not lost as
+    far as we know: it is skipped this sweep, the others are looked after."""
+    shards = get_scheduler().shards
+    lost = []
+    for shard in shards:
+        try:
+            if shard.epoch() is None:
+                lost.append(shard)
+        except redis.RedisError as exc:
+            if len(shards) == 1:
+                raise  # as ever: this sweep fails, the next one looks again
+            logger.warning("scheduler shard %d unavailable to the sweep: %s", shard.shard, exc)
+    return lost
 
 
 def sweep() -> dict[str, int]:
@@ -114,9 +155,10 @@ def sweep() -> dict[str, int]:
     one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep. Window replays get
     their next chunk here (delivery.replay_window), so they are fed at the sweep's pace,
     and expired history is pruned in bounded batches (delivery.retention)."""
-    if get_scheduler().epoch() is None:
+    lost = _lost_shards()
+    if lost:
         try:
-            result = {"rebuilt": rebuild_schedule(), "flagged": 0}
+            result = {"rebuilt": rebuild_schedule(shards=lost), "flagged": 0}
         except RebuildInProgress:
             # Its epoch is set when it finishes; flagged deliveries wait for that too.
             logger.info("schedule rebuild already running elsewhere; not starting another")

@@ -11,6 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core import redis_connection
 from core.env import (
     env_bool,
     env_float,
@@ -137,6 +138,16 @@ elif not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
 REDIS_SOCKET_TIMEOUT = env_float("REDIS_SOCKET_TIMEOUT", 3.0, minimum=0.5)
 REDIS_CONNECT_TIMEOUT = env_float("REDIS_CONNECT_TIMEOUT", 1.0, minimum=0.1)
 
+# The schedule's own Redis; empty means REDIS_URL's. May be a Redis Cluster, given by seed
+# nodes as redis+cluster://host:port,host:port (RQ's queues stay on REDIS_URL: RQ needs
+# one server). See docs/SCHEDULER.md, "Sharding".
+SCHEDULER_REDIS_URL = env_str("SCHEDULER_REDIS_URL", "")
+if SCHEDULER_REDIS_URL:
+    try:
+        redis_connection.check_url(SCHEDULER_REDIS_URL)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"SCHEDULER_REDIS_URL is not valid: {exc}") from exc
+
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
     "maintenance": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
@@ -181,6 +192,19 @@ if SCHEDULER_RETRY_MIN_SHARE > 1:
     raise ImproperlyConfigured("SCHEDULER_RETRY_MIN_SHARE must be between 0 and 1.")
 SCHEDULER_FALLBACK_WEIGHT = env_int("SCHEDULER_FALLBACK_WEIGHT", 1, minimum=1, maximum=16)
 SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
+# The schedule split into this many shards by destination endpoint, tagged SCHEDULER_SHARD,
+# SCHEDULER_SHARD + 1, ... (docs/SCHEDULER.md, "Shards"). Changing it moves endpoints
+# between shards: rebuild the schedule after (manage.py rebuild_lanes).
+SCHEDULER_SHARDS = env_int("SCHEDULER_SHARDS", 1, minimum=1, maximum=64)
+# The shards this process's workers pick from (indexes 0 to SCHEDULER_SHARDS - 1); empty
+# means all. Acks and renewals still go to whichever shard holds a lease.
+SCHEDULER_PICK_SHARDS = env_list("SCHEDULER_PICK_SHARDS", [])
+if not all(i.isdigit() and int(i) < SCHEDULER_SHARDS for i in SCHEDULER_PICK_SHARDS):
+    raise ImproperlyConfigured(
+        f"SCHEDULER_PICK_SHARDS={','.join(SCHEDULER_PICK_SHARDS)!r} is not valid: shard"
+        f" indexes from 0 to {SCHEDULER_SHARDS - 1} (SCHEDULER_SHARDS - 1), comma-separated."
+    )
+SCHEDULER_PICK_SHARDS = sorted({int(i) for i in SCHEDULER_PICK_SHARDS})
 # Deliveries per second for a tenant whose own rate is empty; 0 = unlimited.
 TENANT_DEFAULT_RATE_PER_SECOND = env_float("TENANT_DEFAULT_RATE_PER_SECOND", 0.0)
 if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:

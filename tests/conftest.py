@@ -1,12 +1,15 @@
 """Shared fixtures: a real Redis database of its own, and the real database via pytest-django."""
 
 import os
+from collections.abc import Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
 
+from core import redis_connection
 from project import launch
+from tests.redis_cluster import RedisCluster
 
 # Databases 13 and 14 are left to the benchmarks. Each pytest session takes the first
 # candidate no other live session holds, so concurrent runs never flush each other.
@@ -106,6 +109,49 @@ def redis_conn() -> redis.Redis:
     yield client
     mark_as_ours(client)  # a test may have flushed the database itself
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Three masters of the session's own, started when a test first asks (about 2 s)."""
+    cluster = RedisCluster()
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def scheduler_redis_url(request: pytest.FixtureRequest) -> str:
+    """Where the schedule lives, empty: the test's database of the plain Redis (flushed by
+    redis_conn), then the session's Redis Cluster (flushed here). Scheduler tests that ask
+    for it run against both, so every script is checked to keep its keys in one slot."""
+    from django.conf import settings
+
+    if request.param == "redis":
+        return settings.REDIS_URL
+    cluster = request.getfixturevalue("redis_cluster")
+    cluster.flush()
+    return cluster.url
+
+
+@pytest.fixture
+def scheduler_conn(scheduler_redis_url: str) -> Iterator[redis_connection.Client]:
+    """A client for scheduler_redis_url: a redis.Redis, or a RedisCluster."""
+    client = redis_connection.connect(scheduler_redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=[1, 3], ids=["one-shard", "three-shards"])
+def scheduler_shards(request: pytest.FixtureRequest, settings) -> Iterator[int]:
+    """The test runs with the schedule in one shard, then split in three (same Redis):
+    whatever reads it through get_scheduler() must see the shards merged."""
+    from delivery.enqueueing import reset_scheduler
+
+    settings.SCHEDULER_SHARDS = request.param
+    reset_scheduler()
+    yield request.param
+    reset_scheduler()
 
 
 @pytest.fixture

@@ -4,26 +4,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from django.db import connection
 
 from delivery.models import Delivery
+from tests.waiting import wait_until  # noqa: F401 (the tests import it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_until(
-    condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05
-) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def statuses() -> dict[str, int]:

@@ -3,10 +3,12 @@
 Usage: ``Scheduler.from_settings(connection)`` then enqueue / pick / ack / retry_later / renew /
 wait, and pause_endpoint after a Retry-After; operators use set_tenant / set_endpoint
 (weights, pauses, caps, rates) / snapshot; rebuilds use epoch / start_epoch / clear.
+Several shards (split by endpoint): ``ShardedScheduler``, the same face over S Schedulers.
 Design and guarantees: docs/SCHEDULER.md.
 """
 
 from .scheduler import Scheduler
+from .sharded import ShardedScheduler, ShardsUnavailable, shard_index
 from .values import (
     FRESH,
     RETRY,
@@ -26,6 +28,9 @@ __all__ = [
     "Lease",
     "PickResult",
     "Scheduler",
+    "ShardedScheduler",
+    "ShardsUnavailable",
     "Snapshot",
     "TenantRow",
+    "shard_index",
 ]

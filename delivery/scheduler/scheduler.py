@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from core.ids import ULID_LENGTH, new_ulid
 
@@ -37,7 +38,7 @@ def _rate(value: float | None, what: str) -> str:
 class Scheduler:
     def __init__(
         self,
-        connection: redis.Redis,
+        connection: "redis.Redis | RedisCluster",
         *,
         mode: str = "fair",
         shard: int = 0,
@@ -73,20 +74,32 @@ class Scheduler:
         self._scripts = scripts.register_all(connection)
 
     @classmethod
-    def from_settings(cls, connection: redis.Redis) -> "Scheduler":
+    def from_settings(
+        cls, connection: "redis.Redis | RedisCluster", shard: int | None = None
+    ) -> "Scheduler":
         """A scheduler on `connection`, configured from django.conf.settings read now (the
-        scheduler itself needs no Django: this is its one door to it)."""
+        scheduler itself needs no Django: this is its one door to it). `shard` overrides
+        SCHEDULER_SHARD (a ShardedScheduler builds one Scheduler per tag)."""
         from django.conf import settings
 
         return cls(
             connection,
             mode=settings.SCHEDULER_MODE,
-            shard=settings.SCHEDULER_SHARD,
+            shard=settings.SCHEDULER_SHARD if shard is None else shard,
             turn_size=settings.SCHEDULER_TURN_SIZE,
             retry_min_share=settings.SCHEDULER_RETRY_MIN_SHARE,
             fallback_weight=settings.SCHEDULER_FALLBACK_WEIGHT,
             lease_seconds=settings.LEASE_SECONDS,
         )
+
+    @property
+    def shards(self) -> list["Scheduler"]:
+        """The shards of the schedule, each rebuilt on its own: just this one (a
+        ShardedScheduler has several); so maintenance treats both alike."""
+        return [self]
+
+    def shard_for(self, endpoint_id: int) -> "Scheduler":
+        return self
 
     def _run(self, name: str, *args: object) -> Any:
         now = -1.0 if self._clock is None else self._clock()
@@ -190,18 +203,19 @@ class Scheduler:
         lost, _deadline = self._run("renew", repr(float(self.lease_seconds)), *map(_member, leases))
         return [snapshot.text(i) for i in lost]
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float, *, also: Sequence[str] = ()) -> None:
         """Sleep until an enqueue, ack or retry pushes a wake-up, or timeout passes:
-        blocked work costs no CPU."""
+        blocked work costs no CPU. `also`: more wake-up lists on the same server (other
+        shards' `keys.wake`), any of which ends the wait."""
         if timeout <= 0:
             return
         # Block for less than the client's socket timeout, which would otherwise cut the
         # wait short and drop the connection (the next command would reconnect).
-        limit = self.connection.connection_pool.connection_kwargs.get("socket_timeout")
+        limit = self.connection.get_connection_kwargs().get("socket_timeout")
         if limit:
             timeout = max(0.01, min(timeout, limit * 0.8))
         with contextlib.suppress(redis.TimeoutError):
-            self.connection.blpop([self.keys.wake], timeout=timeout)
+            self.connection.blpop([self.keys.wake, *also], timeout=timeout)
 
     def set_tenant(
         self,

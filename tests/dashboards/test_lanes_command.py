@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from core.ids import new_ulid
-from delivery.enqueueing import get_scheduler
+from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.scheduler import Item
 from tests.factories import make_endpoint, make_tenant
 
@@ -20,7 +20,7 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def test_lanes_lists_backlogged_tenants_and_capped_endpoints() -> None:
+def test_lanes_lists_backlogged_tenants_and_capped_endpoints(scheduler_shards) -> None:
     tenant = make_tenant("flooder.example", weight=2)
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/slow", max_in_flight=1)
     scheduler = get_scheduler()
@@ -37,3 +37,22 @@ def test_lanes_lists_backlogged_tenants_and_capped_endpoints() -> None:
     keys = {row["tenant_key"] for row in data["tenants"]}
     assert keys == {"flooder.example", "(fallback)"}
     assert data["in_flight"] == 1 and data["fresh_depth"] == 3
+
+
+def test_lanes_merges_the_shards_into_one_row_per_tenant(settings) -> None:
+    settings.SCHEDULER_SHARDS = 3
+    reset_scheduler()
+    try:
+        scheduler = get_scheduler()
+        tenant = make_tenant("spread.example")
+        endpoints = []  # one endpoint on each shard
+        while len({scheduler.shard_for(e.pk).shard for e in endpoints}) < 3:
+            endpoints.append(make_endpoint(tenant))
+        scheduler.enqueue([Item(new_ulid(), tenant.pk, e.pk) for e in endpoints for _ in range(2)])
+
+        data = json.loads(run("--json"))
+    finally:
+        reset_scheduler()
+    (row,) = data["tenants"]
+    assert (row["tenant_key"], row["fresh"]) == ("spread.example", 2 * len(endpoints))
+    assert data["fresh_depth"] == 2 * len(endpoints)

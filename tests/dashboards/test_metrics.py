@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
 
-def test_scrape_shows_the_scheduler_after_a_known_scenario(client) -> None:
+def test_scrape_shows_the_scheduler_after_a_known_scenario(client, scheduler_shards) -> None:
     scheduler = get_scheduler()
     old_ms = int(time.time() * 1000) - 120_000  # two minutes ago
     loud, quiet = make_tenant("loud"), make_tenant("quiet")

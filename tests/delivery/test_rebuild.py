@@ -1,17 +1,24 @@
 """Rebuilding the Redis schedule from the database, one rebuild at a time."""
 
 import time
+from collections import Counter
 
 import pytest
+import redis
 from django.core.management import CommandError, call_command
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from core.ids import new_ulid
-from delivery import maintenance
+from delivery import enqueueing, maintenance
 from delivery.enqueueing import get_scheduler
 from delivery.maintenance import RebuildInProgress
-from delivery.scheduler import Item
+from delivery.models import Delivery
+from delivery.scheduler import Item, Scheduler, ShardedScheduler, shard_index
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
+from tests.private_redis import free_port
+from tests.scheduler_helpers import check_invariants
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +77,41 @@ def test_the_rebuild_lock_outlives_the_clear_and_is_renewed_batch_by_batch(
 
     assert len(remaining_ms) == 3
     assert all(800 < ms <= 1000 for ms in remaining_ms), remaining_ms
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_shard_unreachable_only_its_deliveries_wait_and_it_is_rebuilt_on_return(
+    redis_conn, monkeypatch
+) -> None:
+    """Shard 1 on a port where nothing listens: ingest flags only its deliveries, the
+    sweeper leaves them flagged while it is away, and rebuilds that shard alone (without
+    enqueueing anything twice) once it answers again."""
+    dead = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    sharded = ShardedScheduler([Scheduler(redis_conn, shard=i) for i in range(3)])
+    sharded.shards[1] = Scheduler(dead, shard=1)
+    monkeypatch.setattr(enqueueing, "_scheduler", sharded)
+    for shard in (sharded.shards[0], sharded.shards[2]):
+        shard.start_epoch()
+    tenant = make_tenant("acme")
+    endpoints = []
+    while {shard_index(e.pk, 3) for e in endpoints} != {0, 1, 2}:
+        endpoints.append(make_endpoint(tenant))
+
+    publish(tenant, "x", {})  # committed: enqueued on commit, one delivery per endpoint
+
+    stranded = {d.id for d in Delivery.objects.all() if shard_index(d.endpoint_id, 3) == 1}
+    assert 0 < len(stranded) < len(endpoints)
+    flagged = Delivery.objects.filter(needs_schedule=True)
+    assert set(flagged.values_list("id", flat=True)) == stranded
+    assert maintenance.sweep()["flagged"] == 0  # still away: they stay flagged
+    assert flagged.count() == len(stranded)
+
+    sharded.shards[1] = Scheduler(redis_conn, shard=1)  # back, empty
+    sharded._down_until = [0.0] * 3
+    assert maintenance.sweep()["rebuilt"] == len(stranded)
+
+    assert not flagged.exists()
+    held = Counter()
+    for shard in sharded.shards:
+        held += check_invariants(shard)
+    assert held == Counter(Delivery.objects.values_list("id", flat=True))  # each once

@@ -5,6 +5,7 @@ import time
 from collections import Counter
 
 import pytest
+from redis.crc import key_slot
 
 from core import redis_connection
 from core.ids import new_ulid
@@ -22,8 +23,8 @@ from tests.scheduler_helpers import (
 )
 
 
-def test_every_delivery_is_handed_out_once_and_a_drain_leaves_no_keys(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_every_delivery_is_handed_out_once_and_a_drain_leaves_no_keys(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     work = batch(1, 10, 30) + batch(2, 11, 5) + batch(None, 10, 4) + batch(3, 12, 7, lane="retry")
     sched.enqueue(work)
     assert sum(check_invariants(sched).values()) == len(work)
@@ -32,24 +33,28 @@ def test_every_delivery_is_handed_out_once_and_a_drain_leaves_no_keys(redis_conn
 
     assert sorted(handed) == sorted(item.delivery_id for item in work)
     assert_no_tenant_keys(sched)
-    others = [k for k in redis_conn.scan_iter() if not k.startswith(b"wh:test-")]
+    others = [k for k in scheduler_conn.scan_iter() if not k.startswith(b"wh:test-")]
     assert len(others) <= len(GLOBAL_KEYS)  # DBSIZE, minus the test harness's markers
 
 
-def test_every_key_carries_the_shard_hash_tag(redis_conn):
-    sched = Scheduler(redis_conn, shard=7)
+def test_every_key_carries_the_shard_hash_tag(scheduler_conn):
+    sched = Scheduler(scheduler_conn, shard=7)
     sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(None, 2, 1))
     lease = sched.pick("w").leases[0]
     sched.retry_later(lease, time.time() + 60)
     sched.pick("w", 5)
     sched.start_epoch()
 
-    mine = {k.decode() for k in redis_conn.scan_iter() if not k.startswith(b"wh:test-")}
+    mine = {k.decode() for k in scheduler_conn.scan_iter() if not k.startswith(b"wh:test-")}
     assert mine and all(k.startswith("wh:{7}:") for k in mine)
+    # One cluster slot for all of them, the rebuild's lock included: on a Redis Cluster a
+    # script may only touch the slot of the key it declares (the stats hash).
+    slots = {key_slot(k.encode()) for k in (*mine, sched.keys.rebuild_lock)}
+    assert slots == {key_slot(sched.keys.stats.encode())}
 
 
-def test_first_attempts_keep_arrival_order_within_a_tenant_endpoint_pair(redis_conn):
-    sched = Scheduler(redis_conn, turn_size=2)
+def test_first_attempts_keep_arrival_order_within_a_tenant_endpoint_pair(scheduler_conn):
+    sched = Scheduler(scheduler_conn, turn_size=2)
     lanes = {(t, e): batch(t, e, 20) for t in (1, 2) for e in (5, 6)}
     for i in range(20):  # interleave the arrivals of the four pairs
         sched.enqueue([lane[i] for lane in lanes.values()])
@@ -63,8 +68,8 @@ def test_first_attempts_keep_arrival_order_within_a_tenant_endpoint_pair(redis_c
 # --- fairness -------------------------------------------------------------------------
 
 
-def test_equal_tenants_share_dispatches_evenly_however_many_events_or_endpoints(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_equal_tenants_share_dispatches_evenly_however_many_events_or_endpoints(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 900, max_in_flight=100))  # one endpoint, a flood
     for e in range(10, 16):  # six endpoints
         sched.enqueue(batch(2, e, 60, max_in_flight=100))
@@ -76,8 +81,8 @@ def test_equal_tenants_share_dispatches_evenly_however_many_events_or_endpoints(
     assert all(90 <= shares[t] <= 110 for t in (1, 2, 3)), shares
 
 
-def test_weight_w_gets_w_turns_per_lap(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_weight_w_gets_w_turns_per_lap(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     for tenant, weight in ((1, 1), (2, 2), (3, 4)):
         sched.enqueue(batch(tenant, tenant, 600, weight=weight, max_in_flight=100))
 
@@ -86,8 +91,8 @@ def test_weight_w_gets_w_turns_per_lap(redis_conn):
     assert 90 <= shares[1] <= 110 and 180 <= shares[2] <= 220 and 360 <= shares[3] <= 440
 
 
-def test_quiet_tenant_waits_at_most_one_lap(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_quiet_tenant_waits_at_most_one_lap(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 2000, max_in_flight=100))
     for tenant in range(2, 10):
         sched.enqueue(batch(tenant, tenant, 50, max_in_flight=100))
@@ -100,8 +105,8 @@ def test_quiet_tenant_waits_at_most_one_lap(redis_conn):
     assert 99 in [lease.tenant_id for lease in order[:lap]]
 
 
-def test_turn_size_hands_a_tenant_that_many_deliveries_per_turn(redis_conn):
-    sched = Scheduler(redis_conn, turn_size=3)
+def test_turn_size_hands_a_tenant_that_many_deliveries_per_turn(scheduler_conn):
+    sched = Scheduler(scheduler_conn, turn_size=3)
     sched.enqueue(batch(1, 1, 30, max_in_flight=10) + batch(2, 2, 30, max_in_flight=10))
 
     tenants = [lease.tenant_id for lease in dispatch_order(sched, 12)]
@@ -109,8 +114,8 @@ def test_turn_size_hands_a_tenant_that_many_deliveries_per_turn(redis_conn):
     assert tenants == [1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2]
 
 
-def test_one_pick_hands_out_several_leases_one_per_turn(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_one_pick_hands_out_several_leases_one_per_turn(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     for tenant in (1, 2, 3):
         sched.enqueue(batch(tenant, tenant, 10, max_in_flight=10))
 
@@ -119,9 +124,9 @@ def test_one_pick_hands_out_several_leases_one_per_turn(redis_conn):
     assert [lease.tenant_id for lease in leases] == [1, 2, 3, 1, 2, 3]
 
 
-def test_a_contended_endpoint_shares_its_slots_by_tenant_weight(redis_conn):
+def test_a_contended_endpoint_shares_its_slots_by_tenant_weight(scheduler_conn):
     """The gateway case: every tenant posts to the same destination, capped at one."""
-    sched = Scheduler(redis_conn)
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 7, 400, weight=1, max_in_flight=1))
     sched.enqueue(batch(2, 7, 400, weight=2, max_in_flight=1))
     sched.enqueue(batch(3, 7, 400, weight=1, max_in_flight=1))
@@ -135,9 +140,9 @@ def test_a_contended_endpoint_shares_its_slots_by_tenant_weight(redis_conn):
 
 
 def test_capped_endpoint_blocks_neither_the_tenants_other_endpoints_nor_other_tenants(
-    redis_conn,
+    scheduler_conn,
 ):
-    sched = Scheduler(redis_conn)
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 10, max_in_flight=1) + batch(1, 2, 3, max_in_flight=5))
     sched.enqueue(batch(2, 1, 3, max_in_flight=1) + batch(2, 3, 3, max_in_flight=5))
 
@@ -152,8 +157,8 @@ def test_capped_endpoint_blocks_neither_the_tenants_other_endpoints_nor_other_te
     check_invariants(sched)
 
 
-def test_when_all_work_is_capped_pick_returns_nothing_and_says_how_long_to_sleep(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_when_all_work_is_capped_pick_returns_nothing_and_says_how_long_to_sleep(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 5, max_in_flight=2))
     held = sched.pick("w", max_items=5).leases
     assert len(held) == 2
@@ -168,8 +173,8 @@ def test_when_all_work_is_capped_pick_returns_nothing_and_says_how_long_to_sleep
     assert len(sched.pick("w", max_items=5).leases) == 1
 
 
-def test_raising_a_cap_unparks_waiting_lanes_at_once(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_raising_a_cap_unparks_waiting_lanes_at_once(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 5, max_in_flight=1) + batch(2, 1, 5, max_in_flight=1))
     assert len(sched.pick("w", 10).leases) == 1
 
@@ -179,8 +184,8 @@ def test_raising_a_cap_unparks_waiting_lanes_at_once(redis_conn):
     check_invariants(sched)
 
 
-def test_a_cap_carried_by_a_later_enqueue_also_unparks(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_a_cap_carried_by_a_later_enqueue_also_unparks(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 5, max_in_flight=1))
     sched.pick("w", 10)
 
@@ -192,9 +197,9 @@ def test_a_cap_carried_by_a_later_enqueue_also_unparks(redis_conn):
 # --- leases ---------------------------------------------------------------------------
 
 
-def test_an_expired_lease_returns_its_delivery_to_the_head_of_its_lane(redis_conn):
+def test_an_expired_lease_returns_its_delivery_to_the_head_of_its_lane(scheduler_conn):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock, lease_seconds=10)
+    sched = Scheduler(scheduler_conn, clock=clock, lease_seconds=10)
     work = batch(1, 1, 3, max_in_flight=1)
     sched.enqueue(work)
     (crashed,) = sched.pick("w1").leases
@@ -211,9 +216,9 @@ def test_an_expired_lease_returns_its_delivery_to_the_head_of_its_lane(redis_con
     check_invariants(sched)
 
 
-def test_renew_keeps_a_lease_alive_and_reports_lost_ones(redis_conn):
+def test_renew_keeps_a_lease_alive_and_reports_lost_ones(scheduler_conn):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock, lease_seconds=10)
+    sched = Scheduler(scheduler_conn, clock=clock, lease_seconds=10)
     sched.enqueue(batch(1, 1, 1) + batch(2, 2, 1))
     kept, dropped = sched.pick("w", 2).leases
 
@@ -227,9 +232,9 @@ def test_renew_keeps_a_lease_alive_and_reports_lost_ones(redis_conn):
     assert sched.ack([kept]) == []
 
 
-def test_a_crashed_workers_leases_are_reclaimed_a_bounded_number_per_pick(redis_conn):
+def test_a_crashed_workers_leases_are_reclaimed_a_bounded_number_per_pick(scheduler_conn):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock, lease_seconds=5, reclaim_limit=4)
+    sched = Scheduler(scheduler_conn, clock=clock, lease_seconds=5, reclaim_limit=4)
     sched.enqueue(batch(1, 1, 10, max_in_flight=10))
     assert len(sched.pick("dies", 10).leases) == 10
     clock.advance(6)
@@ -241,8 +246,8 @@ def test_a_crashed_workers_leases_are_reclaimed_a_bounded_number_per_pick(redis_
     assert len(drain(sched)) == 10 - 1
 
 
-def test_an_answered_lease_frees_its_endpoint_slot_but_stays_until_acknowledged(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_an_answered_lease_frees_its_endpoint_slot_but_stays_until_acknowledged(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(2, 1, 3, max_in_flight=1))
     (first,) = sched.pick("w", 5).leases
     assert sched.pick("w", 5).leases == []  # the cap holds the second back
@@ -263,10 +268,10 @@ def test_an_answered_lease_frees_its_endpoint_slot_but_stays_until_acknowledged(
 
 
 def test_an_answered_lease_of_a_dead_worker_comes_back_without_freeing_its_slot_twice(
-    redis_conn,
+    scheduler_conn,
 ):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock, lease_seconds=5)
+    sched = Scheduler(scheduler_conn, clock=clock, lease_seconds=5)
     work = batch(1, 1, 3, lane="retry", max_in_flight=2, retry_max_in_flight=2)
     sched.enqueue(work)
     dead, alive = sched.pick("dies", 5).leases
@@ -290,9 +295,9 @@ def test_an_answered_lease_of_a_dead_worker_comes_back_without_freeing_its_slot_
 # --- retries --------------------------------------------------------------------------
 
 
-def test_retry_later_waits_in_the_delayed_set_then_enters_the_retry_lane(redis_conn):
+def test_retry_later_waits_in_the_delayed_set_then_enters_the_retry_lane(scheduler_conn):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock)
+    sched = Scheduler(scheduler_conn, clock=clock)
     sched.enqueue(batch(1, 1, 1))
     (lease,) = sched.pick("w").leases
 
@@ -307,8 +312,8 @@ def test_retry_later_waits_in_the_delayed_set_then_enters_the_retry_lane(redis_c
     assert sched.retry_later(lease, due_at=clock.now) is False  # the old lease is spent
 
 
-def test_retries_get_at_least_their_minimum_share_while_fresh_is_backlogged(redis_conn):
-    sched = Scheduler(redis_conn, retry_min_share=0.2)
+def test_retries_get_at_least_their_minimum_share_while_fresh_is_backlogged(scheduler_conn):
+    sched = Scheduler(scheduler_conn, retry_min_share=0.2)
     sched.enqueue(batch(1, 1, 400, max_in_flight=100, retry_max_in_flight=100))
     sched.enqueue(batch(1, 2, 400, lane="retry", max_in_flight=100, retry_max_in_flight=100))
 
@@ -317,8 +322,8 @@ def test_retries_get_at_least_their_minimum_share_while_fresh_is_backlogged(redi
     assert 54 <= lanes["retry"] <= 66  # 20% ± 10%
 
 
-def test_retries_get_everything_once_fresh_is_empty(redis_conn):
-    sched = Scheduler(redis_conn, retry_min_share=0.1)
+def test_retries_get_everything_once_fresh_is_empty(scheduler_conn):
+    sched = Scheduler(scheduler_conn, retry_min_share=0.1)
     sched.enqueue(batch(1, 1, 10, max_in_flight=100))
     sched.enqueue(batch(1, 2, 100, lane="retry", max_in_flight=100, retry_max_in_flight=100))
 
@@ -327,8 +332,8 @@ def test_retries_get_everything_once_fresh_is_empty(redis_conn):
     assert lanes.count("fresh") == 10 and lanes[-30:] == ["retry"] * 30
 
 
-def test_retries_to_an_endpoint_are_held_to_retry_max_in_flight(redis_conn):
-    sched = Scheduler(redis_conn, retry_min_share=1.0)
+def test_retries_to_an_endpoint_are_held_to_retry_max_in_flight(scheduler_conn):
+    sched = Scheduler(scheduler_conn, retry_min_share=1.0)
     sched.enqueue(batch(1, 1, 5, max_in_flight=4, retry_max_in_flight=1))
     sched.enqueue(batch(1, 1, 5, lane="retry", max_in_flight=4, retry_max_in_flight=1))
 
@@ -346,22 +351,22 @@ def test_retries_to_an_endpoint_are_held_to_retry_max_in_flight(redis_conn):
 # --- fallback, FIFO, pause --------------------------------------------------------------
 
 
-def test_fallback_lane_has_its_own_weighted_turns_and_a_counter(redis_conn):
-    sched = Scheduler(redis_conn, fallback_weight=2)
+def test_fallback_lane_has_its_own_weighted_turns_and_a_counter(scheduler_conn):
+    sched = Scheduler(scheduler_conn, fallback_weight=2)
     sched.enqueue(batch(None, 1, 300, max_in_flight=100) + batch(1, 1, 300, max_in_flight=100))
 
     order = dispatch_order(sched, 150)
 
     shares = Counter(lease.tenant_id for lease in order)
     assert 90 <= shares[None] <= 110 and 45 <= shares[1] <= 55
-    assert redis_conn.exists(sched.keys.lane(None, 1, "fresh"))  # a lane of its own
+    assert scheduler_conn.exists(sched.keys.lane(None, 1, "fresh"))  # a lane of its own
     snap = sched.snapshot()
     assert snap.fallback_enqueued_total == 300 and snap.fallback_depth == 300 - shares[None]
     assert next(row for row in snap.tenants if row.tenant_id is None).weight == 2
 
 
-def test_fifo_mode_serves_everything_in_arrival_order(redis_conn):
-    sched = Scheduler(redis_conn, mode="fifo")
+def test_fifo_mode_serves_everything_in_arrival_order(scheduler_conn):
+    sched = Scheduler(scheduler_conn, mode="fifo")
     flood = batch(1, 1, 50, max_in_flight=10)
     sched.enqueue(flood)
     sched.enqueue(batch(2, 2, 1))
@@ -373,8 +378,8 @@ def test_fifo_mode_serves_everything_in_arrival_order(redis_conn):
     assert_no_tenant_keys(sched)
 
 
-def test_fifo_mode_defers_capped_deliveries_and_still_drains(redis_conn):
-    sched = Scheduler(redis_conn, mode="fifo")
+def test_fifo_mode_defers_capped_deliveries_and_still_drains(scheduler_conn):
+    sched = Scheduler(scheduler_conn, mode="fifo")
     sched.enqueue(batch(1, 1, 5, max_in_flight=1) + batch(2, 2, 2))
 
     leases = sched.pick("w", 10).leases
@@ -386,8 +391,8 @@ def test_fifo_mode_defers_capped_deliveries_and_still_drains(redis_conn):
     check_invariants(sched)
 
 
-def test_paused_tenant_gets_no_turns_and_resumes_where_it_was(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_paused_tenant_gets_no_turns_and_resumes_where_it_was(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     paused_work = batch(1, 1, 6, max_in_flight=10)
     sched.enqueue(paused_work + batch(2, 2, 20, max_in_flight=10))
     first = dispatch_order(sched, 4)
@@ -407,8 +412,8 @@ def test_paused_tenant_gets_no_turns_and_resumes_where_it_was(redis_conn):
     assert min(Counter(lease.tenant_id for lease in after[:6]).values()) >= 2
 
 
-def test_pausing_does_not_strand_slots_handed_to_the_paused_tenant(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_pausing_does_not_strand_slots_handed_to_the_paused_tenant(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 3, max_in_flight=1) + batch(2, 1, 3, max_in_flight=1))
     (lease,) = sched.pick("w", 5).leases
     sched.ack([lease])  # un-parks the next lane in line
@@ -422,10 +427,10 @@ def test_pausing_does_not_strand_slots_handed_to_the_paused_tenant(redis_conn):
 # --- snapshot, wake-ups, epochs ---------------------------------------------------------
 
 
-def test_snapshot_reports_a_known_scenario(redis_conn):
+def test_snapshot_reports_a_known_scenario(scheduler_conn):
     clock = FakeClock()
     now_ms = int(T0 * 1000)
-    sched = Scheduler(redis_conn, clock=clock)
+    sched = Scheduler(scheduler_conn, clock=clock)
 
     def aged(tenant, endpoint, seconds_old, **fields):
         return Item(new_ulid(now_ms - seconds_old * 1000), tenant, endpoint, **fields)
@@ -454,17 +459,17 @@ def test_snapshot_reports_a_known_scenario(redis_conn):
     assert sched.age_histogram([100]) == {100: 2}
 
 
-def test_snapshot_is_one_bounded_call_at_thousands_of_tenants(redis_conn, monkeypatch):
-    sched = Scheduler(redis_conn)
+def test_snapshot_is_one_bounded_call_at_thousands_of_tenants(scheduler_conn, monkeypatch):
+    sched = Scheduler(scheduler_conn)
     for start in range(0, 5000, 1000):
         sched.enqueue(
             [Item(new_ulid(), t, 1, max_in_flight=10) for t in range(start, start + 1000)]
         )
     sched.snapshot()  # load the script
     calls = []
-    real = redis_conn.execute_command
+    real = scheduler_conn.execute_command
     monkeypatch.setattr(
-        redis_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+        scheduler_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
     )
 
     snap = sched.snapshot(top_n=10)
@@ -474,8 +479,8 @@ def test_snapshot_is_one_bounded_call_at_thousands_of_tenants(redis_conn, monkey
     assert snap.age_histogram[max(snap.age_histogram)] == 5000
 
 
-def test_set_tenant_changes_the_weight_of_a_backlogged_tenant(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_set_tenant_changes_the_weight_of_a_backlogged_tenant(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 300, max_in_flight=10) + batch(2, 2, 300, max_in_flight=10))
 
     sched.set_tenant(2, weight=3, paused=False)
@@ -484,8 +489,8 @@ def test_set_tenant_changes_the_weight_of_a_backlogged_tenant(redis_conn):
     assert 135 <= shares[2] <= 165
 
 
-def test_wait_wakes_on_enqueue(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_wait_wakes_on_enqueue(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     threading.Timer(0.2, sched.enqueue, [batch(1, 1, 1)]).start()
 
     started = time.monotonic()
@@ -495,12 +500,12 @@ def test_wait_wakes_on_enqueue(redis_conn):
     assert len(sched.pick("w").leases) == 1
 
 
-def test_wait_wakes_when_an_ack_frees_a_slot_for_parked_work(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_wait_wakes_when_an_ack_frees_a_slot_for_parked_work(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 2, max_in_flight=1))
     held = sched.pick("w", 5).leases
     assert sched.pick("w").wait_seconds > 0
-    redis_conn.delete(sched.keys.wake)  # only the ack may wake us
+    scheduler_conn.delete(sched.keys.wake)  # only the ack may wake us
     threading.Timer(0.2, sched.ack, [held]).start()
 
     started = time.monotonic()
@@ -510,16 +515,16 @@ def test_wait_wakes_when_an_ack_frees_a_slot_for_parked_work(redis_conn):
     assert len(sched.pick("w").leases) == 1
 
 
-def test_wait_sleeps_until_the_timeout_when_nothing_happens(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_wait_sleeps_until_the_timeout_when_nothing_happens(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     started = time.monotonic()
     sched.wait(0.3)
     assert 0.25 <= time.monotonic() - started < 2
 
 
-def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(redis_conn):
-    sched = Scheduler(redis_conn, shard=3)
-    other = Scheduler(redis_conn, shard=4)
+def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(scheduler_conn):
+    sched = Scheduler(scheduler_conn, shard=3)
+    other = Scheduler(scheduler_conn, shard=4)
     assert sched.epoch() is None
     marker = sched.start_epoch()
     sched.enqueue(batch(1, 1, 3) + batch(None, 2, 1, due_at=time.time() + 60))
@@ -532,18 +537,18 @@ def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(redis_conn):
     assert schedule_keys(other)  # another shard is untouched
 
 
-def test_clear_removes_a_schedule_larger_than_one_scan_page(redis_conn):
+def test_clear_removes_a_schedule_larger_than_one_scan_page(scheduler_conn):
     # The clear script pages through SCAN and UNLINKs in chunks; none may be left behind.
-    sched = Scheduler(redis_conn, shard=5)
+    sched = Scheduler(scheduler_conn, shard=5)
     sched.enqueue([item for tenant in range(1, 701) for item in batch(tenant, tenant, 1)])
     assert len(schedule_keys(sched)) > 1000
     sched.clear()
     assert schedule_keys(sched) == set()
 
 
-def test_enqueue_with_a_future_due_at_is_delayed_until_then(redis_conn):
+def test_enqueue_with_a_future_due_at_is_delayed_until_then(scheduler_conn):
     clock = FakeClock()
-    sched = Scheduler(redis_conn, clock=clock)
+    sched = Scheduler(scheduler_conn, clock=clock)
     sched.enqueue(batch(1, 1, 1, lane="retry", due_at=T0 + 10) + batch(1, 1, 1, due_at=T0 - 1))
 
     assert [lease.lane for lease in sched.pick("w", 5).leases] == ["fresh"]
@@ -565,14 +570,14 @@ def test_from_settings_reads_the_settings_at_call_time(settings):
 # --- cost -----------------------------------------------------------------------------
 
 
-def test_enqueue_pick_and_ack_each_take_one_round_trip(redis_conn, monkeypatch):
-    sched = Scheduler(redis_conn)
+def test_enqueue_pick_and_ack_each_take_one_round_trip(scheduler_conn, monkeypatch):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 1))
     sched.ack(sched.pick("w").leases)  # load the scripts once
     calls = []
-    real = redis_conn.execute_command
+    real = scheduler_conn.execute_command
     monkeypatch.setattr(
-        redis_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+        scheduler_conn, "execute_command", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
     )
 
     sched.enqueue(batch(1, 1, 50) + batch(2, 2, 50))
@@ -582,27 +587,27 @@ def test_enqueue_pick_and_ack_each_take_one_round_trip(redis_conn, monkeypatch):
     assert len(leases) == 4 and calls == ["EVALSHA"] * 3
 
 
-def test_a_queued_delivery_costs_about_32_bytes_in_its_lane(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_a_queued_delivery_costs_about_32_bytes_in_its_lane(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 2000))
-    used = redis_conn.memory_usage(sched.keys.lane(1, 1, "fresh"), samples=0)
+    used = scheduler_conn.memory_usage(sched.keys.lane(1, 1, "fresh"), samples=0)
     assert used / 2000 <= 40
 
 
-def test_counters_read_beside_a_fractional_virtual_time(redis_conn):
+def test_counters_read_beside_a_fractional_virtual_time(scheduler_conn):
     """A weight-4 tenant advances virtual time by quarters; the counters (the metrics' and
     the demo's) must still read. They once parsed every stats field as an int."""
-    sched = Scheduler(redis_conn)
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 3, weight=4, max_in_flight=3))
     for _ in range(3):
         sched.ack(sched.pick("w", 1).leases, outcome="delivered")
 
-    assert "." in redis_conn.hget(sched.keys.stats, "V").decode()
+    assert "." in scheduler_conn.hget(sched.keys.stats, "V").decode()
     assert sched.counters() == {"delivered": 3}
 
 
-def test_counters_total_finished_leases_by_outcome(redis_conn):
-    sched = Scheduler(redis_conn)
+def test_counters_total_finished_leases_by_outcome(scheduler_conn):
+    sched = Scheduler(scheduler_conn)
     sched.enqueue(batch(1, 1, 4, max_in_flight=4))
     a, b, c, d = sched.pick("w", 4).leases
 

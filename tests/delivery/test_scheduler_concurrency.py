@@ -7,9 +7,7 @@ import random
 import time
 from collections import Counter
 
-import redis
-from django.conf import settings
-
+from core import redis_connection
 from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
 from tests.scheduler_helpers import assert_no_tenant_keys, check_invariants
@@ -21,7 +19,7 @@ CAPS = {e: (1 + e % 3, 1 + e % 2) for e in range(8)}  # endpoint -> (max, retry 
 
 
 def produce(url: str, seed: int, results) -> None:
-    sched = Scheduler(redis.Redis.from_url(url))
+    sched = Scheduler(redis_connection.connect(url))
     rng = random.Random(seed)
     produced = []
     for _ in range(PER_PRODUCER // BATCH):
@@ -37,7 +35,7 @@ def produce(url: str, seed: int, results) -> None:
 def consume(url: str, seed: int, producers_done, results) -> None:
     """Hold each lease a moment, then ack it, or (a fifth of first attempts) retry it soon.
     Records (id, lane, endpoint, held from, held until) for every lease it held."""
-    sched = Scheduler(redis.Redis.from_url(url))
+    sched = Scheduler(redis_connection.connect(url))
     rng = random.Random(seed)
     held, acked = [], []
     while True:
@@ -77,10 +75,12 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
-def test_processes_racing_hand_out_each_delivery_once_within_caps(redis_conn):
+def test_processes_racing_hand_out_each_delivery_once_within_caps(
+    scheduler_redis_url, scheduler_conn
+):
     ctx = multiprocessing.get_context("fork")
     results, producers_done = ctx.Queue(), ctx.Event()
-    url = settings.REDIS_URL
+    url = scheduler_redis_url
     producers = [ctx.Process(target=produce, args=(url, i, results)) for i in range(PRODUCERS)]
     consumers = [
         ctx.Process(target=consume, args=(url, 100 + i, producers_done, results))
@@ -110,6 +110,6 @@ def test_processes_racing_hand_out_each_delivery_once_within_caps(redis_conn):
         mine = [(lane, start, end) for _, lane, le, start, end in held if le == e]
         assert max_overlap([(s, t) for _, s, t in mine]) <= cap
         assert max_overlap([(s, t) for lane, s, t in mine if lane == "retry"]) <= retry_cap
-    sched = Scheduler(redis_conn)
+    sched = Scheduler(scheduler_conn)
     assert not check_invariants(sched)
     assert_no_tenant_keys(sched)

@@ -33,6 +33,8 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
         ("DELIVERY_CONCURRENCY", "lots"),
         ("SCHEDULER_MODE", "random"),
         ("REDIS_URL", "http://127.0.0.1:6379"),
+        ("SCHEDULER_REDIS_URL", "redis+cluster://127.0.0.1"),
+        ("SCHEDULER_PICK_SHARDS", "1"),  # with one shard, only shard 0 exists
         ("DATABASE_URL", "nosuchdb://x"),
         ("RETRY_SCHEDULE_SECONDS", "5,,10"),
         ("ALLOWED_HOSTS", "a,,b"),
