@@ -12,11 +12,15 @@ import json
 
 from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 from django.utils.functional import cached_property
 
-# Below this many estimated rows, counting them is cheap: count exactly.
+# Below this many estimated rows, the exact count is tried, for at most COUNT_WITHIN_MS:
+# a few rows of a filter with an index are counted at once, and a count that would read
+# the table (a filter no index serves entirely: a tenant's deliveries, 0.9 s on 10
+# million rows) gives up and the estimate is shown.
 EXACT_BELOW = 20_000
+COUNT_WITHIN_MS = 50
 
 
 def planner_estimate(queryset) -> int:
@@ -41,4 +45,26 @@ class EstimatedCountPaginator(Paginator):
         if not hasattr(queryset, "query") or connections[queryset.db].vendor != "postgresql":
             return super().count
         estimate = planner_estimate(queryset)
-        return super().count if estimate < EXACT_BELOW else estimate
+        if estimate >= EXACT_BELOW:
+            return estimate
+        counted = count_within(queryset, COUNT_WITHIN_MS)
+        return estimate if counted is None else counted
+
+
+def count_within(queryset, milliseconds: int) -> int | None:
+    """`queryset.count()`, or None if PostgreSQL took longer than `milliseconds` (the
+    count is cancelled; the time limit ends with it, in a savepoint of its own)."""
+    connection = connections[queryset.db]
+    try:
+        with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            (previous,) = cursor.fetchone()
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true)", [f"{milliseconds}ms"]
+            )
+            counted = queryset.count()
+            # SET LOCAL outlives a released savepoint: put the caller's limit back.
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
+            return counted
+    except OperationalError:  # cancelled: statement_timeout
+        return None

@@ -5,6 +5,7 @@ lookup on the tenants' and endpoints' unique indexes."""
 from django.contrib import messages
 
 from core.admin_filters import InputFilter
+from tenants.models import Endpoint
 
 
 class TenantKeyFilter(InputFilter):
@@ -45,6 +46,16 @@ class EndpointIdFilter(InputFilter):
 
 
 class AttemptTenantKeyFilter(TenantKeyFilter):
-    """Attempts of one tenant: through their delivery."""
+    """Attempts of one tenant, by the endpoints they went to (an attempt carries its
+    endpoint): the tenant's endpoint ids, looked up first, are an index range each on a
+    table of tens of millions of attempts, where a join through their deliveries read
+    attempts newest first until a page of the tenant's turned up (2 s on 10 million rows,
+    bench/history.py). Attempts written before they carried their endpoint are not found
+    this way (they leave with retention)."""
 
-    tenant_field = "delivery__tenant"
+    def queryset(self, request, queryset):
+        key = (self.value() or "").strip()
+        if not key:
+            return queryset
+        endpoints = list(Endpoint.objects.filter(tenant__key=key).values_list("pk", flat=True))
+        return queryset.filter(endpoint_id__in=endpoints)
