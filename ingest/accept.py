@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core import plain_insert
+from core import plain_insert, plain_select
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
 from tenants.models import Endpoint, Tenant
@@ -46,8 +46,9 @@ class Accepted:
 # Ingest looks up a source, its secrets, its destinations and a tenant on every request.
 # Compiling these through the ORM cost several times more CPU than the same rows through
 # Model.objects.raw(), which still converts them (aware datetimes, booleans); the figures
-# are in docs/BENCHMARKS.md (ingest look-ups). The SQL is built from the models'
-# metadata, once per database vendor.
+# are in docs/BENCHMARKS.md (ingest look-ups). raw()'s own per-call planning was then
+# the largest part left, so the rows come through core.plain_select (the same instances;
+# docs/INGEST.md). The SQL is built from the models' metadata, once per database vendor.
 
 _SQL: dict[str, dict[str, str]] = {}
 
@@ -89,18 +90,18 @@ def _sql(name: str) -> str:
 def load_source(slug: str) -> tuple[Source | None, list[str]]:
     """The active source named `slug` and its unexpired secrets (newest first)."""
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    rows = [one for one in Source.objects.raw(_sql("source"), [now, slug]) if one.is_active]
+    rows = [one for one in plain_select.fetch(Source, _sql("source"), [now, slug]) if one.is_active]
     if not rows:
         return None, []
     return rows[0], [one.active_secret for one in rows if one.active_secret is not None]
 
 
 def source_destinations(source: Source) -> list[Endpoint]:
-    return list(Endpoint.objects.raw(_sql("destinations"), [source.pk]))
+    return plain_select.fetch(Endpoint, _sql("destinations"), [source.pk])
 
 
 def tenant_by_key(key: str) -> Tenant | None:
-    return next(iter(Tenant.objects.raw(_sql("tenant"), [key])), None)
+    return next(iter(plain_select.fetch(Tenant, _sql("tenant"), [key])), None)
 
 
 def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
@@ -137,7 +138,7 @@ def destinations_for(
             return shared
     if tenant is None:
         return []
-    endpoints = Endpoint.objects.raw(_sql("tenant_endpoints"), [tenant.pk])
+    endpoints = plain_select.fetch(Endpoint, _sql("tenant_endpoints"), [tenant.pk])
     return [endpoint for endpoint in endpoints if endpoint.accepts(event_type)]
 
 
