@@ -15,6 +15,7 @@ any other primary key (a ULID) must be set on construction.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -75,10 +76,25 @@ def _plan(model: type[models.Model]) -> tuple[str, list[Callable[[Any], Any]]]:
         for field in fields:
             if isinstance(field, _PLAIN_FIELDS):
                 getters.append(attrgetter(field.attname))
+            elif (
+                connection.vendor == "postgresql"
+                and isinstance(field, models.DateTimeField)
+                and not (field.auto_now or field.auto_now_add)
+            ):
+                getters.append(partial(_datetime_for_postgresql, field))
             else:  # datetimes, JSON: the field adapts them for this database
                 getters.append(partial(_prepared, field))
         _PLANS[key] = (sql, getters)
     return _PLANS[key]
+
+
+def _datetime_for_postgresql(field: models.Field, obj: models.Model) -> Any:
+    """An aware datetime (or None) is what get_db_prep_save gives PostgreSQL anyway; the
+    full path, a seventh of a publish batch's CPU, is kept for anything else."""
+    value = getattr(obj, field.attname)
+    if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
+        return value
+    return _prepared(field, obj)
 
 
 def _prepared(field: models.Field, obj: models.Model) -> Any:
