@@ -3,6 +3,7 @@
     .venv/bin/python bench/ingest.py                                  # SQLite in a temp dir
     .venv/bin/python bench/ingest.py --database-url postgres://postgres@127.0.0.1:5432/bench_ingest
     .venv/bin/python bench/ingest.py --rates 100,200,300 --duration 20 --json out.json
+    .venv/bin/python bench/ingest.py --floor-rates 400,800,1200 --skip-batch   # with the floor
 
 What it does:
 
@@ -23,12 +24,16 @@ What it does:
    end of the answer, so a server that falls behind is charged for the queueing it
    causes (no coordinated omission). Reported: acknowledged events/s (202s over the
    time from the first scheduled send to the last answer), p50/p99/max latency, errors.
-   (b) the batch publish API: B clients send `{"events": [...]}` of S events each
+   (b) the floor: the same open loop, same client processes and threads (the same
+   concurrency), POSTing the same signed bodies to an unknown source: a 404 after one
+   query, what the framework and one database round trip cost with nothing else.
+   (c) the batch publish API: B clients send `{"events": [...]}` of S events each
    (each with an idempotency key) in a closed loop; reported: events/s over the wall
    time, per-request latency.
 5. --json PATH writes single_per_s (acknowledged/s at the highest offered rate whose p99,
    and every lower rate's, is within --p99-goal-ms; else at the lowest rate),
-   single_p99_ms (its p99) and batch_events_per_s, plus every run's figures.
+   single_p99_ms (its p99), floor_404_per_s (the same rule over the 404 runs),
+   single_to_floor (their ratio) and batch_events_per_s, plus every run's figures.
 
 The clients run on the same 2 cores as gunicorn, Redis and the database: the CPU
 columns (seconds of CPU per 1,000 events, for the server processes and the clients) say
@@ -65,6 +70,7 @@ from bench.dedicated import clean_redis, prepare_database  # noqa: E402
 
 REDIS_MARKER = "wh:bench-ingest"
 SOURCE_SLUG = "shop"
+FLOOR_SLUG = "no-such-source"  # the one-query 404
 SOURCE_SECRET = "bench-shopify-secret"
 P99_GOAL_MS = 250.0
 BATCH_GOAL_PER_S = 5000.0
@@ -238,12 +244,14 @@ def open_loop_client(
     threads: int,
     tenants: int,
     out: multiprocessing.Queue,
+    slug: str = SOURCE_SLUG,
+    expected: int = 202,
 ) -> None:
     """This process sends slots process_index, process_index + P, ... at start_at + i / rate."""
     total = int(rate * duration)
     slots = iter(range(process_index, total, processes))
     lock = threading.Lock()
-    results: list[tuple[float, float, int]] = []  # (scheduled, done, status)
+    results: list[tuple[float, float, bool]] = []  # (scheduled, done, expected answer)
     cpu_start = time.process_time()
 
     def worker() -> None:
@@ -261,7 +269,7 @@ def open_loop_client(
             status = 0
             for _ in range(2):  # one reconnect if the server closed an idle connection
                 try:
-                    conn.request("POST", f"/ingest/{SOURCE_SLUG}/", body=body, headers=headers)
+                    conn.request("POST", f"/ingest/{slug}/", body=body, headers=headers)
                     response = conn.getresponse()
                     response.read()
                     status = response.status
@@ -269,7 +277,7 @@ def open_loop_client(
                 except (OSError, http.client.HTTPException):
                     conn.close()
                     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            results.append((scheduled, time.time(), status))
+            results.append((scheduled, time.time(), status == expected))
         conn.close()
 
     pool = [threading.Thread(target=worker) for _ in range(threads)]
@@ -287,7 +295,10 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def run_open_loop(opts, port: int, server_pid: int, rate: float, duration: float) -> dict:
+def run_open_loop(
+    opts, port: int, server_pid: int, rate: float, duration: float, *, floor: bool = False
+) -> dict:
+    """Single events at `rate`; with `floor`, to an unknown source (answered counts 404s)."""
     context = multiprocessing.get_context("fork")
     out = context.Queue()
     start_at = time.time() + 1.0
@@ -304,6 +315,8 @@ def run_open_loop(opts, port: int, server_pid: int, rate: float, duration: float
                 opts.client_threads,
                 opts.tenants,
                 out,
+                FLOOR_SLUG if floor else SOURCE_SLUG,
+                404 if floor else 202,
             ),
         )
         for index in range(opts.client_processes)
@@ -317,7 +330,7 @@ def run_open_loop(opts, port: int, server_pid: int, rate: float, duration: float
     server_cpu = process_tree_cpu(server_pid) - cpu_before
     results = [one for part in parts for one in part["results"]]
     latencies = [(done - scheduled) * 1000 for scheduled, done, status in results]
-    acked = sum(1 for _, _, status in results if status == 202)
+    acked = sum(1 for _, _, expected in results if expected)
     errors = len(results) - acked
     first = min(scheduled for scheduled, _, _ in results)
     last = max(done for _, done, _ in results)
@@ -336,7 +349,7 @@ def run_open_loop(opts, port: int, server_pid: int, rate: float, duration: float
     }
 
 
-# --- (b) the batch publish API ---------------------------------------------------------------
+# --- (c) the batch publish API ---------------------------------------------------------------
 
 
 def batch_body(tenants: int, size: int, request_index: int, run_id: str) -> bytes:
@@ -419,6 +432,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
     parser.add_argument("--rates", default="100,200", help="offered single-event rates (/s)")
+    parser.add_argument(
+        "--floor-rates",
+        default="",
+        help="offered rates (/s) for the one-query 404 (floor_404_per_s); empty: not measured",
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per rate")
     parser.add_argument("--client-processes", type=int, default=2)
     parser.add_argument("--client-threads", type=int, default=32, help="per client process")
@@ -439,18 +457,27 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def summary(single: list[dict], batch: dict | None, goal_ms: float) -> dict:
+def best_within_goal(runs: list[dict], goal_ms: float) -> dict:
+    """The highest offered rate that met the goal with every lower rate meeting it too
+    (the lowest rate when none did)."""
+    chosen = runs[0]
+    for run in sorted(runs, key=lambda run: run["offered_per_s"]):
+        if run["p99_ms"] > goal_ms or run["errors"]:
+            break
+        chosen = run
+    return chosen
+
+
+def summary(single: list[dict], floor: list[dict], batch: dict | None, goal_ms: float) -> dict:
     out: dict = {}
-    if single:
-        # The highest offered rate that met the goal with every lower rate meeting it too.
-        chosen = single[0]
-        for run in sorted(single, key=lambda run: run["offered_per_s"]):
-            if run["p99_ms"] > goal_ms or run["errors"]:
-                break
-            chosen = run
-        out["single_per_s"] = chosen["acked_per_s"]
-        out["single_p99_ms"] = chosen["p99_ms"]
-        out["single_offered_per_s"] = chosen["offered_per_s"]
+    for name, runs in (("single", single), ("floor_404", floor)):
+        if runs:
+            chosen = best_within_goal(runs, goal_ms)
+            out[f"{name}_per_s"] = chosen["acked_per_s"]
+            out[f"{name}_p99_ms"] = chosen["p99_ms"]
+            out[f"{name}_offered_per_s"] = chosen["offered_per_s"]
+    if single and floor:
+        out["single_to_floor"] = round(out["single_per_s"] / out["floor_404_per_s"], 3)
     if batch:
         out["batch_events_per_s"] = batch["events_per_s"]
     return out
@@ -480,6 +507,7 @@ def main() -> None:
         flush=True,
     )
     single: list[dict] = []
+    floor: list[dict] = []
     batch = None
     try:
         if not opts.skip_single:
@@ -488,6 +516,10 @@ def main() -> None:
                 result = run_open_loop(opts, port, server.pid, rate, opts.duration)
                 single.append(result)
                 print(json.dumps(result), flush=True)
+        for rate in [float(rate) for rate in opts.floor_rates.split(",") if rate.strip()]:
+            result = run_open_loop(opts, port, server.pid, rate, opts.duration, floor=True)
+            floor.append(result)
+            print(json.dumps({"floor_404": True, **result}), flush=True)
         if not opts.skip_batch:
             batch = run_batches(opts, port, server.pid, token)
             print(json.dumps(batch), flush=True)
@@ -499,9 +531,10 @@ def main() -> None:
             server.kill()
             server.wait(10)
     results = {
-        **summary(single, batch, opts.p99_goal_ms),
+        **summary(single, floor, batch, opts.p99_goal_ms),
         "goals": {"single_p99_ms": opts.p99_goal_ms, "batch_events_per_s": BATCH_GOAL_PER_S},
         "single": single,
+        "floor_404": floor,
         "batch": batch,
         "server": f"gunicorn -k gthread -w {opts.workers} --threads {opts.threads}",
         "database": "postgresql" if database_url.startswith("postgres") else "sqlite",
@@ -513,7 +546,11 @@ def main() -> None:
             "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         },
     }
-    print(json.dumps({key: results[key] for key in results if key not in ("single", "batch")}))
+    print(
+        json.dumps(
+            {key: results[key] for key in results if key not in ("single", "floor_404", "batch")}
+        )
+    )
     if opts.json:
         Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
     clean_redis(opts.redis_url, REDIS_MARKER).close()

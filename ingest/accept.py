@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core import plain_insert
+from core import plain_insert, plain_select
 from core.ids import new_ulid, ulid_time_ms
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
@@ -34,7 +34,7 @@ from . import idempotency
 
 TENANT_NAME_LENGTH = Tenant._meta.get_field("name").max_length
 FALLBACK_REASON_LENGTH = Event._meta.get_field("fallback_reason").max_length
-_BULK_ATTEMPTS = 3
+_BULK_ATTEMPTS = 4  # an optimistic one, then up to three with the keys looked up
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ class Accepted:
 # Ingest looks up a source, its secrets, its destinations and a tenant on every request.
 # Compiling these through the ORM cost several times more CPU than the same rows through
 # Model.objects.raw(), which still converts them (aware datetimes, booleans); the figures
-# are in docs/BENCHMARKS.md (ingest look-ups). The SQL is built from the models'
-# metadata, once per database vendor.
+# are in docs/BENCHMARKS.md (ingest look-ups). raw()'s own per-call planning was then
+# the largest part left, so the rows come through core.plain_select (the same instances;
+# docs/INGEST.md). The SQL is built from the models' metadata, once per database vendor.
 
 _SQL: dict[str, dict[str, str]] = {}
 
@@ -65,8 +66,15 @@ def _sql(name: str) -> str:
         )
         # Identifiers from model metadata, quoted; every value is a query parameter.
         statements = {
-            "source": f"SELECT * FROM {source} WHERE {quote('slug')} = %s",  # noqa: S608
-            "secrets": f"SELECT * FROM {secret} WHERE {quote('source_id')} = %s",  # noqa: S608
+            # The source with its unexpired secrets, newest first: one row per secret (one
+            # with a NULL secret when there is none), one round trip for both.
+            "source": (
+                f"SELECT s.*, k.{quote('secret')} AS active_secret FROM {source} s"  # noqa: S608
+                f" LEFT JOIN {secret} k ON k.{quote('source_id')} = s.{quote('id')}"
+                f" AND (k.{quote('expires_at')} IS NULL OR k.{quote('expires_at')} > %s)"
+                f" WHERE s.{quote('slug')} = %s"
+                f" ORDER BY k.{quote('created_at')} DESC, k.{quote('id')} DESC"
+            ),
             "destinations": (
                 f"SELECT e.* FROM {endpoint} e JOIN {through} d"  # noqa: S608
                 f" ON d.{quote('endpoint_id')} = e.{quote('id')}"
@@ -84,26 +92,19 @@ def _sql(name: str) -> str:
 
 def load_source(slug: str) -> tuple[Source | None, list[str]]:
     """The active source named `slug` and its unexpired secrets (newest first)."""
-    found = [one for one in Source.objects.raw(_sql("source"), [slug]) if one.is_active]
-    if not found:
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [one for one in plain_select.fetch(Source, _sql("source"), [now, slug]) if one.is_active]
+    if not rows:
         return None, []
-    source = found[0]
-    now = timezone.now()
-    secrets = sorted(
-        SourceSecret.objects.raw(_sql("secrets"), [source.pk]),
-        key=lambda one: (one.created_at, one.pk),
-        reverse=True,
-    )
-    active = [one.secret for one in secrets if one.expires_at is None or one.expires_at > now]
-    return source, active
+    return rows[0], [one.active_secret for one in rows if one.active_secret is not None]
 
 
 def source_destinations(source: Source) -> list[Endpoint]:
-    return list(Endpoint.objects.raw(_sql("destinations"), [source.pk]))
+    return plain_select.fetch(Endpoint, _sql("destinations"), [source.pk])
 
 
 def tenant_by_key(key: str) -> Tenant | None:
-    return next(iter(Tenant.objects.raw(_sql("tenant"), [key])), None)
+    return next(iter(plain_select.fetch(Tenant, _sql("tenant"), [key])), None)
 
 
 def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
@@ -140,7 +141,7 @@ def destinations_for(
             return shared
     if tenant is None:
         return []
-    endpoints = Endpoint.objects.raw(_sql("tenant_endpoints"), [tenant.pk])
+    endpoints = plain_select.fetch(Endpoint, _sql("tenant_endpoints"), [tenant.pk])
     return [endpoint for endpoint in endpoints if endpoint.accepts(event_type)]
 
 
@@ -215,17 +216,21 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
     # Rows are prepared before the transaction: on SQLite, BEGIN takes the write lock, and
     # the lock is then held for two INSERT statements, not for building them.
     inserts = [plain_insert.prepare([event]), plain_insert.prepare(deliveries)]
+    counted = source if source is not None and tenant is None else None
     identity = _identity(fields)
     try:
-        with transaction.atomic():
-            if identity is not None and idempotency.spans_partitions():
+        if identity is not None and idempotency.spans_partitions():
+            # Keys are unique per day's partition only (ingest.idempotency): lock the
+            # key, look across the days, then write in the same transaction.
+            with transaction.atomic():
                 idempotency.lock([identity])
                 earlier = _stored_events({identity}).get(identity)
                 if earlier is not None:
                     return Accepted(earlier, created=False, deliveries=0)
-            plain_insert.execute(inserts)
-            if source is not None and tenant is None:
-                Source.objects.filter(pk=source.pk).update(fallback_count=F("fallback_count") + 1)
+                _write(inserts, counted)
+                enqueue_on_commit(deliveries)
+        else:
+            _write(inserts, counted)
             enqueue_on_commit(deliveries)
     except IntegrityError:
         # A repeat (or two identical requests racing): answer with the event stored first.
@@ -234,6 +239,39 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
             raise
         return Accepted(earlier, created=False, deliveries=0)
     return Accepted(event, created=True, deliveries=len(deliveries))
+
+
+def _fallback_update(source: Source) -> tuple[str, list]:
+    quote = connection.ops.quote_name
+    column = quote("fallback_count")
+    # Identifiers from model metadata, quoted; the value is a query parameter.
+    return (
+        f"UPDATE {quote(Source._meta.db_table)} SET {column} = {column} + 1"  # noqa: S608
+        f" WHERE {quote('id')} = %s",
+        [source.pk],
+    )
+
+
+def _write(inserts: list[plain_insert.Prepared], fallback_of: Source | None) -> None:
+    """The event, its deliveries and the source's fallback count, all or nothing.
+
+    On PostgreSQL outside a transaction this is one statement in autocommit: committed
+    when it returns, so the enqueue (on commit, hence at once) and the 202 still come
+    after the commit, for one round trip instead of four (BEGIN, two INSERTs, COMMIT).
+    Inside a caller's transaction the same statement runs under a savepoint, so that a
+    duplicate key leaves that transaction usable for the look-up of the earlier event."""
+    also = [_fallback_update(fallback_of)] if fallback_of is not None else []
+    statement = plain_insert.as_one_statement(inserts, also)
+    if statement is not None and not connection.in_atomic_block:
+        plain_insert.execute_one_statement(inserts, statement)
+        return
+    with transaction.atomic():
+        if statement is not None:
+            plain_insert.execute_one_statement(inserts, statement)
+            return
+        plain_insert.execute(inserts)
+        if fallback_of is not None:
+            Source.objects.filter(pk=fallback_of.pk).update(fallback_count=F("fallback_count") + 1)
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -313,9 +351,9 @@ class _Plan:
     fallbacks: dict[int, int]
 
 
-def _plan_batch(items: list[EventFields], endpoints: "_Endpoints") -> _Plan:
+def _plan_batch(items: list[EventFields], endpoints: "_Endpoints", *, look_up: bool) -> _Plan:
     identities = {identity for identity in map(_identity, items) if identity is not None}
-    stored = _stored_events(identities) if identities else {}
+    stored = _stored_events(identities) if identities and look_up else {}
     plan = _Plan([], [], [], defaultdict(int))
     first_in_batch: dict[tuple, Event] = {}
     for item in items:
@@ -371,14 +409,16 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
     included (it answers with the batch's first event of that key).
 
     The look-ups and the building of rows happen before the transaction, which holds only
-    the inserts: on SQLite the write lock is held for as short a time as possible. A key
-    stored by a concurrent request after our look-up makes the insert collide with the unique
-    constraint; the transaction then rolls back and the batch is planned again (the look-up
-    finds that row this time).
+    the inserts: on SQLite the write lock is held for as short a time as possible. The
+    first attempt is optimistic, as `accept` is: it does not look the keys up (on
+    PostgreSQL that look-up of 500 keys took about as long as the inserts), and the
+    unique constraints catch a key stored before. A collision rolls the transaction back
+    and the batch is planned again, this time with the look-up (which also finds a key a
+    concurrent request stored meanwhile).
     """
     endpoints = _Endpoints(items)
     for attempt in range(_BULK_ATTEMPTS):
-        plan = _plan_batch(items, endpoints)
+        plan = _plan_batch(items, endpoints, look_up=attempt > 0)
         # Events go in by idempotency key: concurrent batches that share keys then take
         # the unique index's row locks in one order, and cannot deadlock (PostgreSQL
         # aborted one of two batches sending the same keys in opposite orders).

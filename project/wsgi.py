@@ -9,9 +9,7 @@ https://docs.djangoproject.com/en/5.2/howto/deployment/wsgi/
 
 import os
 
-from django.core.wsgi import get_wsgi_application
-
-from project import launch
+from project import launch, machine_doors
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 # A web server left to its own devices (no REDIS_URL) starts the embedded Redis and leaves
@@ -19,4 +17,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 launch.prepare_files()
 launch.start_embedded_redis()
 
-application = get_wsgi_application()
+application = machine_doors.get_wsgi_application()

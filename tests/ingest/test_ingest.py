@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from delivery.enqueueing import get_scheduler
@@ -63,6 +64,63 @@ def test_verified_event_is_stored_enqueued_and_acknowledged(client, shop_source)
     delivery = Delivery.objects.get(event=event)
     assert delivery.tenant == tenant and delivery.status == Delivery.Status.PENDING
     assert get_scheduler().snapshot().fresh_depth == 1
+
+
+def _seen_from_another_connection(event_id: str) -> tuple[int, int]:
+    """(events, deliveries) with this id as another connection sees them."""
+    seen: list[tuple[int, int]] = []
+
+    def look() -> None:
+        try:
+            events = Event.objects.filter(pk=event_id).count()
+            seen.append((events, Delivery.objects.filter(event_id=event_id).count()))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_an_accepted_event_is_committed_when_answered_in_few_statements(
+    client, shop_source
+) -> None:
+    """The 202 means committed: another connection sees the event and its delivery. The
+    look-ups and the write take four statements on PostgreSQL (source with its secrets,
+    tenant, destinations, then event and deliveries in one statement: no BEGIN/COMMIT)."""
+    make_tenant("a.example")
+    with CaptureQueriesContext(connection) as statements:
+        response = post_shopify(client, b'{"id": 1}')
+    assert response.status_code == 202
+    assert _seen_from_another_connection(response.json()["id"]) == (1, 1)
+    sql = [one["sql"] for one in statements.captured_queries]
+    if connection.vendor == "postgresql":
+        assert len(sql) == 4 and "BEGIN" not in sql, sql
+    else:
+        # SQLite: BEGIN IMMEDIATE, an INSERT per table, COMMIT (no round trips there).
+        assert len(sql) == 7 and sql[3] == "BEGIN IMMEDIATE", sql
+
+
+def test_a_fallback_event_and_its_count_are_written_together(client) -> None:
+    """A duplicate fallback event neither stores a second event nor counts twice."""
+    source = make_source("gen", secret="k", fairness_key="body.shop", hmac_header="X-Signature")
+    source.destinations.add(make_endpoint(None))
+    body = b'{"other": 1}'
+    answers = [
+        client.post(
+            "/ingest/gen/",
+            data=body,
+            content_type="application/json",
+            HTTP_X_SIGNATURE=signing.hmac_hex("k", body),
+            HTTP_IDEMPOTENCY_KEY="same",
+        ).status_code
+        for _ in range(2)
+    ]
+    assert answers == [202, 200]
+    source.refresh_from_db()
+    assert source.fallback_count == 1
+    assert Event.objects.count() == 1 and Delivery.objects.count() == 1
 
 
 def test_bad_signature_is_refused_and_nothing_is_stored(client, shop_source) -> None:

@@ -1,0 +1,66 @@
+"""Model instances from hand-written SQL, without Model.objects.raw()'s cost.
+
+raw() works out, on every call, which column is which field, compiles the converters
+and resolves the model's init order: on ingest's look-ups (a source, a tenant, the
+destinations: a few rows each) that was about 40% of a request's Python time in a
+py-spy profile (docs/INGEST.md). Here that plan is made once per (database vendor, SQL
+text) from the first result's column names, and each row becomes an instance through
+the same converters the ORM applies (aware datetimes and booleans on SQLite, JSON), so
+the instances are the ones raw() would give. Columns that are not the model's (a
+joined table's value under an alias) are set as attributes of the same name, as raw()
+does. No caching of rows: every call reads the database.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from django.db import connection, models
+
+M = TypeVar("M", bound=models.Model)
+Converter = Callable[[Any, Any, Any], Any]
+# (position of each concrete field's column, converters by field index, extra columns)
+_Plan = tuple[list[int], list[tuple[int, list[Converter], Any]], list[tuple[str, int]]]
+_PLANS: dict[tuple[str, str], _Plan] = {}
+
+
+def _plan(model: type[models.Model], columns: list[str]) -> _Plan:
+    position = {name: index for index, name in enumerate(columns)}
+    fields = model._meta.concrete_fields
+    missing = [field.column for field in fields if field.column not in position]
+    if missing:
+        raise ValueError(f"the query does not select {', '.join(missing)} of {model.__name__}")
+    converters = []
+    for index, field in enumerate(fields):
+        col = field.get_col(model._meta.db_table)
+        found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if found:
+            converters.append((index, found, col))
+    own = {field.column for field in fields}
+    extras = [(name, index) for index, name in enumerate(columns) if name not in own]
+    return [position[field.column] for field in fields], converters, extras
+
+
+def fetch(model: type[M], sql: str, params: Sequence[Any]) -> list[M]:
+    """The instances of `model` for the rows of `sql`, which selects every column of
+    the model's table (`SELECT t.* ...`), and possibly more."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        key = (connection.vendor, sql)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _PLANS[key] = _plan(model, [column[0] for column in cursor.description])
+    positions, converters, extras = plan
+    found = []
+    for row in rows:
+        values = [row[index] for index in positions]
+        for index, functions, col in converters:
+            value = values[index]
+            for function in functions:
+                value = function(value, col, connection)
+            values[index] = value
+        instance = model.from_db(connection.alias, None, values)
+        for name, index in extras:
+            setattr(instance, name, row[index])
+        found.append(instance)
+    return found

@@ -1,0 +1,50 @@
+"""The WSGI application: the machine doors (/ingest/, /api/v1/events) on a lighter
+middleware stack than the pages people use.
+
+Providers and publishers bring a signature or a bearer token, never a cookie: sessions,
+CSRF (the views are exempt anyway), authentication, messages, the viewer's time zone and
+frame options do nothing for them but cost CPU on every request, and ingest is where
+requests arrive by the hundred a second (issue #22; the figures are in docs/INGEST.md).
+The same URL map, views and error handling serve both stacks; only the middleware list
+differs (settings.MACHINE_MIDDLEWARE, a subset of settings.MIDDLEWARE in the same order).
+"""
+
+from collections.abc import Callable, Iterable
+
+import django
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIHandler
+
+MACHINE_PREFIXES = ("/ingest/", "/api/v1/events")
+
+
+class _MachineHandler(WSGIHandler):
+    def load_middleware(self, is_async: bool = False) -> None:
+        # Django builds a handler's chain from settings.MIDDLEWARE and takes no list of
+        # its own: the machine list stands in for it while this one handler is built,
+        # once, at start-up, before any request is served.
+        full = settings.MIDDLEWARE
+        settings.MIDDLEWARE = settings.MACHINE_MIDDLEWARE
+        try:
+            super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = full
+
+
+class MachineDoorsDispatcher:
+    """Requests to the machine doors go to the light stack, every other to the full one."""
+
+    def __init__(self) -> None:
+        self.full = WSGIHandler()
+        self.machine = _MachineHandler()
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        handler = self.machine if path.startswith(MACHINE_PREFIXES) else self.full
+        return handler(environ, start_response)
+
+
+def get_wsgi_application() -> MachineDoorsDispatcher:
+    """Django's get_wsgi_application(), with the machine doors on their own stack."""
+    django.setup(set_prefix=False)
+    return MachineDoorsDispatcher()
