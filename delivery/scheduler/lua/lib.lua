@@ -98,6 +98,44 @@ local function ulid_ms(id)
 end
 
 local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
+
+-- The stats hash's counters, written back once at the end of the script (scripts.py
+-- calls flush_stats after each script's body): a pick or an enqueue of n deliveries then
+-- writes the shard's depths, lease sequence and totals with two commands, not 2n. No
+-- script reads these counters back, except `seq` (see next_seq).
+local STATS_BY = {}
+local STATS_SET = {}
+local function count_stat(field, by) STATS_BY[field] = (STATS_BY[field] or 0) + by end
+local SEQ = nil
+local function next_seq()
+  if not SEQ then SEQ = num(redis.call('HGET', K_STATS, 'seq')) end
+  SEQ = SEQ + 1
+  count_stat('seq', 1)
+  return SEQ
+end
+local function flush_stats()
+  local fields = {}
+  for field, by in pairs(STATS_BY) do
+    if by ~= 0 then fields[#fields + 1] = field end
+  end
+  if #fields == 1 and next(STATS_SET) == nil then
+    redis.call('HINCRBY', K_STATS, fields[1], STATS_BY[fields[1]])
+    return
+  end
+  local pairs_out = {}
+  if #fields > 0 then
+    local was = redis.call('HMGET', K_STATS, unpack(fields))
+    for i, field in ipairs(fields) do
+      pairs_out[#pairs_out + 1] = field
+      pairs_out[#pairs_out + 1] = num(was[i]) + STATS_BY[field]
+    end
+  end
+  for field, value in pairs(STATS_SET) do
+    pairs_out[#pairs_out + 1] = field
+    pairs_out[#pairs_out + 1] = value
+  end
+  if #pairs_out > 0 then redis.call('HSET', K_STATS, unpack(pairs_out)) end
+end
 local function is_paused(t) return redis.call('SISMEMBER', K_PAUSED, t) == 1 end
 
 -- ZSCORE on the rate keys (tat, hold, due), but whether each exists is read once per
@@ -211,7 +249,7 @@ end
 
 local function count_queued(t, k, by)
   redis.call('HINCRBY', tenant_key(t), k, by)
-  redis.call('HINCRBY', K_STATS, k, by)
+  count_stat(k, by)
 end
 
 -- A delivery becomes dispatchable: the tail of its lane (or of the FIFO line).
@@ -245,7 +283,7 @@ local function tenant_gc(t)
   local tk = tenant_key(t)
   local c = redis.call('HMGET', tk, 'f', 'r', 'd', 'i')
   if num(c[1]) + num(c[2]) + num(c[3]) + num(c[4]) == 0 then
-    if redis.call('DEL', tk) == 1 then redis.call('HINCRBY', K_STATS, 'tenants', -1) end
+    if redis.call('DEL', tk) == 1 then count_stat('tenants', -1) end
   end
 end
 
@@ -256,7 +294,7 @@ end
 -- Record a lease. The slot is the lease: counts change only together with the leases
 -- set, in the same script, so they cannot drift from it.
 local function grant(id, t, e, k, deadline, worker)
-  local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
+  local seq = next_seq()
   local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
   redis.call('ZADD', K_LEASES, deadline, member)
   redis.call('ZINCRBY', K_BUSY, 1, e)

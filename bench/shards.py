@@ -1,0 +1,186 @@
+"""Redis work per delivery, and scheduler throughput over 1, 2 and 3 shards. A script,
+not a test:
+
+    .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
+
+It starts a redis-server of its own (so that the INFO deltas count only this bench) and
+runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
+batches as the delivery engine does, with a mix of many tenants, a few endpoints each,
+tight caps on some, and a share of first attempts that fail once and are retried.
+
+- `redis_cpu_us_per_delivery`: the server's used_cpu_sys + used_cpu_user delta over a
+  run, divided by the deliveries finished (enqueue, pick, answered, ack and retries).
+- `commands_per_delivery`: every command the server ran in that run (INFO commandstats
+  delta, which counts the scripts' own redis.call()s as well as the EVALSHAs), divided
+  the same way.
+- `deliveries_per_s_by_shards`: S processes, each running the same loop on its own
+  shard's keys (`wh:{N}:`) on the one server, all started together: deliveries finished
+  per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
+"""
+
+import argparse
+import json
+import multiprocessing
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.ids import new_ulid
+from delivery.scheduler import FRESH, Item, Scheduler
+from tests.private_redis import PrivateRedis
+
+ENQUEUE_BATCH = 100  # what one publish or ingest flush enqueues, about
+PICK = 32  # the engine picks half its room at once (MAX_PICK 64, 64 slots)
+RETRY_SHARE = 0.05  # first attempts that fail once and come back as retries
+SHARD_COUNTS = (1, 2, 3)
+
+
+def workload(n: int, tenants: int, seed: int) -> list[Item]:
+    """n deliveries over `tenants` tenants with 1-3 endpoints each, weights 1-3, caps of
+    1-8 (a quarter of the endpoints at 1 or 2, so lanes park), and a skew: a tenth of
+    the tenants send half of the traffic."""
+    rng = random.Random(seed)
+    loud = max(1, tenants // 10)
+    endpoints = {
+        t: [(t * 4 + j, rng.choice((1, 2, 4, 4, 8, 8, 8, 8))) for j in range(1 + t % 3)]
+        for t in range(tenants)
+    }
+    work = []
+    for _ in range(n):
+        t = rng.randrange(loud) if rng.random() < 0.5 else rng.randrange(tenants)
+        endpoint, cap = rng.choice(endpoints[t])
+        work.append(
+            Item(
+                new_ulid(),
+                t,
+                endpoint,
+                weight=1 + t % 3,
+                max_in_flight=cap,
+                retry_max_in_flight=cap,
+            )
+        )
+    return work
+
+
+def run(conn: redis.Redis, shard: int, work: list[Item], seed: int) -> int:
+    """Enqueue everything, then drain it as the engine does; returns deliveries finished."""
+    rng = random.Random(seed)
+    sched = Scheduler(conn, shard=shard)
+    for i in range(0, len(work), ENQUEUE_BATCH):
+        sched.enqueue(work[i : i + ENQUEUE_BATCH])
+    finished = 0
+    while finished < len(work):
+        picked = sched.pick(f"bench-{shard}", PICK)
+        if not picked.leases:
+            # Only a retry not yet due can leave nothing dispatchable: wait for it.
+            time.sleep(min(picked.wait_seconds, 0.01))
+            continue
+        sched.answered(picked.leases)
+        done = []
+        for lease in picked.leases:
+            if lease.lane == FRESH and rng.random() < RETRY_SHARE:
+                sched.retry_later(lease, time.time())
+            else:
+                done.append(lease)
+        sched.ack(done, outcome="delivered")
+        finished += len(done)
+    return finished
+
+
+def server_counts(conn: redis.Redis) -> tuple[float, int]:
+    """(server CPU seconds, commands run) so far, INFO itself left out."""
+    cpu = conn.info("cpu")
+    stats = conn.info("commandstats")
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    return cpu["used_cpu_sys"] + cpu["used_cpu_user"], calls
+
+
+def cost(conn: redis.Redis, n: int, tenants: int, seed: int) -> dict:
+    """One run on shard 0: the server's CPU and commands per delivery."""
+    work = workload(n, tenants, seed)
+    Scheduler(conn, shard=0).clear()
+    cpu0, calls0 = server_counts(conn)
+    started = time.perf_counter()
+    done = run(conn, 0, work, seed)
+    seconds = time.perf_counter() - started
+    cpu1, calls1 = server_counts(conn)
+    return {
+        "redis_cpu_us_per_delivery": (cpu1 - cpu0) * 1e6 / done,
+        "commands_per_delivery": (calls1 - calls0) / done,
+        "deliveries_per_s": done / seconds,
+    }
+
+
+def _shard_loop(url: str, shard: int, n: int, tenants: int, seed: int, barrier) -> None:
+    conn = redis.Redis.from_url(url)
+    work = workload(n, tenants, seed + shard)
+    Scheduler(conn, shard=shard).clear()
+    barrier.wait()
+    run(conn, shard, work, seed + shard)
+
+
+def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
+    """`shards` processes, one per shard, started together: deliveries per second."""
+    barrier = multiprocessing.Barrier(shards + 1)
+    procs = [
+        multiprocessing.Process(target=_shard_loop, args=(url, s, n, tenants, seed, barrier))
+        for s in range(shards)
+    ]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for proc in procs:
+        proc.join()
+    seconds = time.perf_counter() - started
+    if any(proc.exitcode for proc in procs):
+        sys.exit("a shard loop failed")
+    return shards * n / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print only the results, as JSON")
+    parser.add_argument("--deliveries", type=int, default=20_000, help="per run and shard")
+    parser.add_argument("--tenants", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3, help="medians over this many")
+    parser.add_argument("--seed", type=int, default=21)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
+        server = PrivateRedis(Path(directory))
+        server.start()
+        try:
+            conn = redis.Redis.from_url(server.url)
+            run(conn, 0, workload(200, 20, args.seed), args.seed)  # load the scripts
+            rounds = [
+                cost(conn, args.deliveries, args.tenants, args.seed) for _ in range(args.rounds)
+            ]
+            results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            results["deliveries_per_s_by_shards"] = {
+                str(s): statistics.median(
+                    by_shards(server.url, s, args.deliveries, args.tenants, args.seed)
+                    for _ in range(args.rounds)
+                )
+                for s in SHARD_COUNTS
+            }
+        finally:
+            server.stop()
+    results["deliveries"] = args.deliveries
+    results["tenants"] = args.tenants
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for key, value in results.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
