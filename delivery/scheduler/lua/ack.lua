@@ -15,7 +15,7 @@ for i = 5, #ARGV do
     elseif slot_freed then
       freed[#freed + 1] = e
     end
-    tenant_gc(t)
+    tenant_done(t)
   else
     lost[#lost + 1] = string.match(ARGV[i], '^[^|]+')
   end

@@ -57,6 +57,7 @@ for i = 4, #ARGV, 10 do
     if erate then rates().clamp_clock('e' .. e, erate) end
   end
   redis.call('HINCRBY', ek, 'n', 1)
+  redis.call('HINCRBY', tk, 'n', 1)
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)

@@ -16,7 +16,9 @@
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   t:t         HASH  tenant: f r d i (fresh/retry/delayed/in-flight counts), w weight,
+--   t:t         HASH  tenant: f r d (fresh/retry queued, delayed counts), n everything of
+--                     it in the schedule (queued, delayed or leased: in flight is
+--                     n - f - r - d, so a lease changes one count, not two), w weight,
 --                     c retry credit (ppm), u used part of an unfinished turn,
 --                     s virtual time kept while paused or asleep for its rate,
 --                     rr rate per second (absent = unlimited)
@@ -229,10 +231,14 @@ end
 
 -- After a lane's head changed: refresh its entry in the tenant's head set and the
 -- tenant's oldest-work score (O(log lanes), no scan of the tenant's lanes).
--- Returns whether the lane still holds anything.
-local function note_head(t, e, k)
+-- Returns whether the lane still holds anything. `popped`: the head that just left, if
+-- that was the change; a new head enqueued in the same millisecond changes no score.
+local function note_head(t, e, k, popped)
   local hk = head_key(t)
   local head = redis.call('LINDEX', lane_key(t, e, k), 0)
+  if head and popped and string.sub(head, 1, 10) == string.sub(popped, 1, 10) then
+    return true
+  end
   if head then
     redis.call('ZADD', hk, ulid_ms(head), e .. ':' .. k)
   else
@@ -278,12 +284,12 @@ local function reenter(t, e, k, id)
   note_head(t, e, k)
 end
 
--- Delete a tenant's hash once nothing of it is queued, delayed or in flight.
-local function tenant_gc(t)
+-- One of the tenant's deliveries left the schedule (acked): delete its hash once nothing
+-- of it is queued, delayed or in flight.
+local function tenant_done(t)
   local tk = tenant_key(t)
-  local c = redis.call('HMGET', tk, 'f', 'r', 'd', 'i')
-  if num(c[1]) + num(c[2]) + num(c[3]) + num(c[4]) == 0 then
-    if redis.call('DEL', tk) == 1 then count_stat('tenants', -1) end
+  if redis.call('HINCRBY', tk, 'n', -1) <= 0 and redis.call('DEL', tk) == 1 then
+    count_stat('tenants', -1)
   end
 end
 
@@ -299,7 +305,6 @@ local function grant(id, t, e, k, deadline, worker)
   redis.call('ZADD', K_LEASES, deadline, member)
   redis.call('ZINCRBY', K_BUSY, 1, e)
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', 1) end
-  redis.call('HINCRBY', tenant_key(t), 'i', 1)
   count_queued(t, k, -1)
   return member
 end
@@ -318,7 +323,6 @@ local function release(member)
   local id, t, e, k = parse_lease(member)
   local slot_freed = redis.call('SREM', K_ANSWERED, member) == 0
   if slot_freed then free_slot(e, k) end
-  redis.call('HINCRBY', tenant_key(t), 'i', -1)
   return id, t, e, k, slot_freed
 end
 

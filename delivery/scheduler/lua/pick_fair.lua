@@ -89,7 +89,7 @@ while #out < max_items and budget > 0 do
       budget = budget - 1
     else
       local id = redis.call('LPOP', lane_key(t, e, k))
-      local more = note_head(t, e, k)
+      local more = note_head(t, e, k, id)
       out[#out + 1] = grant(id, t, e, k, deadline, worker)
       n = n + 1
       local next_due = nil
