@@ -245,6 +245,11 @@ local function note_head(t, e, k, popped)
     redis.call('ZREM', hk, e .. ':' .. k)
   end
   local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
+  if popped and first[1] and first[1] ~= e .. ':' .. k
+      and tonumber(first[2]) <= ulid_ms(popped) then
+    -- Another lane was at least as old as the one popped: the tenant's age stays.
+    return head ~= false
+  end
   if first[1] then
     redis.call('ZADD', K_AGE, first[2], t)
   else

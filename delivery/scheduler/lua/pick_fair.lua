@@ -50,7 +50,7 @@ while #out < max_items and budget > 0 do
   if score > v then v = score end
   local tk = tenant_key(t)
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
-  local row = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c')
+  local row = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c', 'f', 'r')
   local credit = num(row[4])
   local weight = num(row[1])
   if t == FALLBACK then weight = fallback_weight end
@@ -65,10 +65,11 @@ while #out < max_items and budget > 0 do
   local ttok, tdue = HUGE, nil
   if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
   -- The lengths of its rotations, read once per turn: only this loop changes them until
-  -- the turn ends, so it keeps count instead of asking Redis at every step.
-  local rotations = {
-    f = redis.call('LLEN', rot_key(t, 'f')), r = redis.call('LLEN', rot_key(t, 'r')),
-  }
+  -- the turn ends, so it keeps count instead of asking Redis at every step. Nothing of a
+  -- kind queued means no lane of it, so no rotation either (most tenants have no retries).
+  local rotations = {f = 0, r = 0}
+  if num(row[5]) > 0 then rotations.f = redis.call('LLEN', rot_key(t, 'f')) end
+  if num(row[6]) > 0 then rotations.r = redis.call('LLEN', rot_key(t, 'r')) end
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
     local k, both = choose_kind(credit, rotations)
     if not k then break end
