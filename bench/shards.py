@@ -69,10 +69,10 @@ def workload(n: int, tenants: int, seed: int) -> list[Item]:
     return work
 
 
-def run(conn: redis.Redis, shard: int, work: list[Item], seed: int) -> int:
+def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
     """Enqueue everything, then drain it as the engine does; returns deliveries finished."""
     rng = random.Random(seed)
-    sched = Scheduler(conn, shard=shard)
+    sched = Scheduler(conn, shard=shard, turn_size=turn_size)
     for i in range(0, len(work), ENQUEUE_BATCH):
         sched.enqueue(work[i : i + ENQUEUE_BATCH])
     finished = 0
@@ -102,13 +102,13 @@ def server_counts(conn: redis.Redis) -> tuple[float, int]:
     return cpu["used_cpu_sys"] + cpu["used_cpu_user"], calls
 
 
-def cost(conn: redis.Redis, n: int, tenants: int, seed: int) -> dict:
+def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1) -> dict:
     """One run on shard 0: the server's CPU and commands per delivery."""
     work = workload(n, tenants, seed)
     Scheduler(conn, shard=0).clear()
     cpu0, calls0 = server_counts(conn)
     started = time.perf_counter()
-    done = run(conn, 0, work, seed)
+    done = run(conn, 0, work, seed, turn_size)
     seconds = time.perf_counter() - started
     cpu1, calls1 = server_counts(conn)
     return {
@@ -152,6 +152,12 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3, help="medians over this many")
     parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument(
+        "--turn-size",
+        type=int,
+        default=0,
+        help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
@@ -164,6 +170,10 @@ def main() -> None:
                 cost(conn, args.deliveries, args.tenants, args.seed) for _ in range(args.rounds)
             ]
             results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            if args.turn_size > 1:
+                results[f"turn_size_{args.turn_size}"] = cost(
+                    conn, args.deliveries, args.tenants, args.seed, args.turn_size
+                )
             results["deliveries_per_s_by_shards"] = {
                 str(s): statistics.median(
                     by_shards(server.url, s, args.deliveries, args.tenants, args.seed)
