@@ -21,7 +21,8 @@ for i = 4, #ARGV, 10 do
   if tenant_cfg[t] ~= tcfg then
     tenant_cfg[t] = tcfg
     local trate = tonumber(ARGV[i + 9])
-    local was = redis.call('HMGET', tk, 'w', 'rr')
+    local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd', 'n')
+    hold(tk, {'f', 'r', 'd', 'n'}, {was[3], was[4], was[5], was[6]})
     if not was[1] then count_stat('tenants', 1) end
     if was[1] ~= ARGV[i + 3] or tonumber(was[2]) ~= trate then
       if trate then
@@ -40,7 +41,8 @@ for i = 4, #ARGV, 10 do
   if endpoint_cfg[e] ~= ecfg then
     endpoint_cfg[e] = ecfg
     local erate = tonumber(ARGV[i + 8])
-    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr')
+    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr', 'n')
+    hold(ek, {'n'}, {old[4]})
     local m, rm = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     local same_rate = tonumber(old[3]) == erate
     if old[1] and (m > num(old[1]) or rm > num(old[2]) or not same_rate) then
@@ -56,17 +58,18 @@ for i = 4, #ARGV, 10 do
     end
     if erate then rates().clamp_clock('e' .. e, erate) end
   end
-  redis.call('HINCRBY', ek, 'n', 1)
-  redis.call('HINCRBY', tk, 'n', 1)
+  bump(ek, 'n', 1)
+  bump(tk, 'n', 1)
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)
-    redis.call('HINCRBY', tk, 'd', 1)
+    bump(tk, 'd', 1)
     woken = woken + 1 -- a sleeper re-reads when the next delayed delivery is due
   else
     woken = woken + enter(t, e, k, id)
   end
 end
+write_held()
 if MODE == 'fair' then
   -- A raised cap or a changed rate may free room for lanes parked on that endpoint, and a
   -- tenant asleep for its old rate should re-read the new one now.

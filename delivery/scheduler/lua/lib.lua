@@ -258,8 +258,39 @@ local function note_head(t, e, k, popped)
   return head ~= false
 end
 
+-- Counts of a tenant or endpoint hash that the script read already (an enqueue reads each
+-- one's configuration): held here and written back with one HSET per hash (write_held),
+-- rather than one HINCRBY per delivery and field. Other hashes are changed at once.
+local HELD = {}
+local function hold(key, fields, values)
+  if HELD[key] then return end
+  local held = {value = {}, changed = {}}
+  for i, field in ipairs(fields) do held.value[field] = num(values[i]) end
+  HELD[key] = held
+end
+local function bump(key, field, by)
+  local held = HELD[key]
+  if held and held.value[field] then
+    held.value[field] = held.value[field] + by
+    held.changed[field] = true
+  else
+    redis.call('HINCRBY', key, field, by)
+  end
+end
+local function write_held()
+  for key, held in pairs(HELD) do
+    local args = {}
+    for field in pairs(held.changed) do
+      args[#args + 1] = field
+      args[#args + 1] = held.value[field]
+    end
+    if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  end
+  HELD = {}
+end
+
 local function count_queued(t, k, by)
-  redis.call('HINCRBY', tenant_key(t), k, by)
+  bump(tenant_key(t), k, by)
   count_stat(k, by)
 end
 
