@@ -2,6 +2,7 @@
 not a test:
 
     .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
+        [--against DIR]  # also an older checkout's scheduler, alternating, same server
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -16,6 +17,11 @@ tight caps on some, and a share of first attempts that fail once and are retried
 - `deliveries_per_s_by_shards`: S processes, each running the same loop on its own
   shard's keys (`wh:{N}:`) on the one server, all started together: deliveries finished
   per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
+
+`--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
+runs the cost rounds of that checkout's scheduler and of this one alternately, each in a
+process of its own, on the same redis-server: CPU figures swing widely on this shared
+machine, and their ratio in one run is what can be compared.
 """
 
 import argparse
@@ -23,6 +29,7 @@ import json
 import multiprocessing
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,11 +37,15 @@ from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+# --code DIR: the scheduler of another checkout (what --against runs); read before the
+# imports below, which it decides.
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv else ROOT
+sys.path.insert(0, str(CODE.resolve()))
 
-from core.ids import new_ulid
-from delivery.scheduler import FRESH, Item, Scheduler
-from tests.private_redis import PrivateRedis
+from core.ids import new_ulid  # noqa: E402 (after the path above)
+from delivery.scheduler import FRESH, Item, Scheduler  # noqa: E402 (after the path above)
+from tests.private_redis import PrivateRedis  # noqa: E402 (after the path above)
 
 ENQUEUE_BATCH = 100  # what one publish or ingest flush enqueues, about
 PICK = 32  # the engine picks half its room at once (MAX_PICK 64, 64 slots)
@@ -145,6 +156,28 @@ def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
     return shards * n / seconds
 
 
+def against(url: str, other: Path, args: argparse.Namespace) -> dict:
+    """Cost rounds of `other`'s scheduler and of this one, alternately, on one server."""
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for name, code in (("before", other), ("after", ROOT)):
+            command = [sys.executable, __file__, "--code", str(code), "--redis-url", url]
+            command += ["--deliveries", str(args.deliveries), "--tenants", str(args.tenants)]
+            command += ["--seed", str(args.seed), "--cost-only"]
+            reply = subprocess.run(command, check=True, capture_output=True, text=True)
+            runs[name].append(json.loads(reply.stdout))
+    out = {name: medians(rounds) for name, rounds in runs.items()}
+    for key in ("redis_cpu_us_per_delivery", "commands_per_delivery"):
+        ratios = [b[key] / a[key] for b, a in zip(runs["before"], runs["after"], strict=True)]
+        out[f"{key}_before_over_after"] = statistics.median(ratios)
+    out["code_before"] = str(other)
+    return out
+
+
+def medians(rounds: list[dict]) -> dict:
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print only the results, as JSON")
@@ -158,8 +191,17 @@ def main() -> None:
         default=0,
         help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
     )
+    parser.add_argument("--against", type=Path, help="an older checkout to compare with")
+    parser.add_argument("--code", type=Path, help="(internal) the checkout to import")
+    parser.add_argument("--redis-url", help="(internal) a server already started")
+    parser.add_argument("--cost-only", action="store_true", help="(internal) one cost round")
     args = parser.parse_args()
 
+    if args.cost_only:
+        conn = redis.Redis.from_url(args.redis_url)
+        run(conn, 0, workload(200, 20, args.seed), args.seed)  # load the scripts
+        print(json.dumps(cost(conn, args.deliveries, args.tenants, args.seed)))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
         server = PrivateRedis(Path(directory))
         server.start()
@@ -169,7 +211,7 @@ def main() -> None:
             rounds = [
                 cost(conn, args.deliveries, args.tenants, args.seed) for _ in range(args.rounds)
             ]
-            results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+            results = medians(rounds)
             if args.turn_size > 1:
                 results[f"turn_size_{args.turn_size}"] = cost(
                     conn, args.deliveries, args.tenants, args.seed, args.turn_size
@@ -181,6 +223,8 @@ def main() -> None:
                 )
                 for s in SHARD_COUNTS
             }
+            if args.against:
+                results["against"] = against(server.url, args.against.resolve(), args)
         finally:
             server.stop()
     results["deliveries"] = args.deliveries
