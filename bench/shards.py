@@ -2,7 +2,7 @@
 not a test:
 
     .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
-        [--against DIR]  # also an older checkout's scheduler, alternating, same server
+        [--against DIR]  # also an older checkout's scripts, interleaved, same server
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -19,17 +19,19 @@ tight caps on some, and a share of first attempts that fail once and are retried
   per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
 
 `--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
-runs the cost rounds of that checkout's scheduler and of this one alternately, each in a
-process of its own, on the same redis-server: CPU figures swing widely on this shared
-machine, and their ratio in one run is what can be compared.
+runs that checkout's scripts and this one's on the same workload, interleaved call by
+call on the same server, and reports each one's server time inside scripts
+(`script_us_per_delivery`, INFO commandstats usec of EVALSHA) and commands: CPU figures
+swing by ±30% from run to run on this shared machine, so only a ratio measured in one
+run, side by side, says whether a change made the scripts cheaper.
 """
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,15 +39,11 @@ from pathlib import Path
 
 import redis
 
-ROOT = Path(__file__).resolve().parents[1]
-# --code DIR: the scheduler of another checkout (what --against runs); read before the
-# imports below, which it decides.
-CODE = Path(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv else ROOT
-sys.path.insert(0, str(CODE.resolve()))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.ids import new_ulid  # noqa: E402 (after the path above)
-from delivery.scheduler import FRESH, Item, Scheduler  # noqa: E402 (after the path above)
-from tests.private_redis import PrivateRedis  # noqa: E402 (after the path above)
+from core.ids import new_ulid
+from delivery.scheduler import FRESH, Item, Scheduler
+from tests.private_redis import PrivateRedis
 
 ENQUEUE_BATCH = 100  # what one publish or ingest flush enqueues, about
 PICK = 32  # the engine picks half its room at once (MAX_PICK 64, 64 slots)
@@ -80,29 +78,40 @@ def workload(n: int, tenants: int, seed: int) -> list[Item]:
     return work
 
 
-def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
-    """Enqueue everything, then drain it as the engine does; returns deliveries finished."""
+def steps(sched: Scheduler, work: list[Item], seed: int):
+    """The engine's calls on `work`, one scheduler call per step: enqueue in batches, then
+    pick / answered / retry_later / ack in batches until every delivery is acked."""
     rng = random.Random(seed)
-    sched = Scheduler(conn, shard=shard, turn_size=turn_size)
     for i in range(0, len(work), ENQUEUE_BATCH):
         sched.enqueue(work[i : i + ENQUEUE_BATCH])
+        yield
     finished = 0
     while finished < len(work):
-        picked = sched.pick(f"bench-{shard}", PICK)
+        picked = sched.pick("bench", PICK)
+        yield
         if not picked.leases:
             # Only a retry not yet due can leave nothing dispatchable: wait for it.
             time.sleep(min(picked.wait_seconds, 0.01))
             continue
         sched.answered(picked.leases)
+        yield
         done = []
         for lease in picked.leases:
             if lease.lane == FRESH and rng.random() < RETRY_SHARE:
                 sched.retry_later(lease, time.time())
+                yield
             else:
                 done.append(lease)
         sched.ack(done, outcome="delivered")
         finished += len(done)
-    return finished
+        yield
+
+
+def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
+    """Enqueue everything, then drain it as the engine does; returns deliveries finished."""
+    for _ in steps(Scheduler(conn, shard=shard, turn_size=turn_size), work, seed):
+        pass
+    return len(work)
 
 
 def server_counts(conn: redis.Redis) -> tuple[float, int]:
@@ -156,20 +165,54 @@ def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
     return shards * n / seconds
 
 
-def against(url: str, other: Path, args: argparse.Namespace) -> dict:
-    """Cost rounds of `other`'s scheduler and of this one, alternately, on one server."""
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
-    for _ in range(args.rounds):
-        for name, code in (("before", other), ("after", ROOT)):
-            command = [sys.executable, __file__, "--code", str(code), "--redis-url", url]
-            command += ["--deliveries", str(args.deliveries), "--tenants", str(args.tenants)]
-            command += ["--seed", str(args.seed), "--cost-only"]
-            reply = subprocess.run(command, check=True, capture_output=True, text=True)
-            runs[name].append(json.loads(reply.stdout))
-    out = {name: medians(rounds) for name, rounds in runs.items()}
-    for key in ("redis_cpu_us_per_delivery", "commands_per_delivery"):
-        ratios = [b[key] / a[key] for b, a in zip(runs["before"], runs["after"], strict=True)]
-        out[f"{key}_before_over_after"] = statistics.median(ratios)
+def script_counts(conn: redis.Redis) -> tuple[int, int]:
+    """(microseconds the server spent in scripts, commands run) so far, INFO left out."""
+    stats = conn.info("commandstats")
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    return stats.get("cmdstat_evalsha", {}).get("usec", 0), calls
+
+
+def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
+    """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
+    checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
+    checkout's, on the same workload, interleaved call by call on one server: each call's
+    server time in scripts and commands go to its version's account."""
+    spec = importlib.util.spec_from_file_location(
+        "other_scripts", other / "delivery" / "scheduler" / "scripts.py"
+    )
+    other_scripts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other_scripts)
+    before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
+    before._scripts = other_scripts.register_all(conn)
+    names = {"before": before, "after": after}
+    spent = {name: [0, 0] for name in names}
+    work = workload(args.deliveries, args.tenants, args.seed)
+    for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
+        going = {}
+        for name, sched in names.items():
+            sched.clear()
+            going[name] = steps(sched, work if round_ else work[:200], args.seed)
+        while going:
+            for name in list(going):
+                usec, calls = script_counts(conn)
+                try:
+                    next(going[name])
+                except StopIteration:
+                    del going[name]
+                if round_:
+                    usec_after, calls_after = script_counts(conn)
+                    spent[name][0] += usec_after - usec
+                    spent[name][1] += calls_after - calls
+    deliveries = args.rounds * args.deliveries
+    out = {
+        name: {
+            "script_us_per_delivery": usec / deliveries,
+            "commands_per_delivery": calls / deliveries,
+        }
+        for name, (usec, calls) in spent.items()
+    }
+    for key in ("script_us_per_delivery", "commands_per_delivery"):
+        out[f"{key}_before_over_after"] = out["before"][key] / out["after"][key]
     out["code_before"] = str(other)
     return out
 
@@ -192,16 +235,8 @@ def main() -> None:
         help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
     )
     parser.add_argument("--against", type=Path, help="an older checkout to compare with")
-    parser.add_argument("--code", type=Path, help="(internal) the checkout to import")
-    parser.add_argument("--redis-url", help="(internal) a server already started")
-    parser.add_argument("--cost-only", action="store_true", help="(internal) one cost round")
     args = parser.parse_args()
 
-    if args.cost_only:
-        conn = redis.Redis.from_url(args.redis_url)
-        run(conn, 0, workload(200, 20, args.seed), args.seed)  # load the scripts
-        print(json.dumps(cost(conn, args.deliveries, args.tenants, args.seed)))
-        return
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
         server = PrivateRedis(Path(directory))
         server.start()
@@ -224,7 +259,7 @@ def main() -> None:
                 for s in SHARD_COUNTS
             }
             if args.against:
-                results["against"] = against(server.url, args.against.resolve(), args)
+                results["against"] = against(conn, args.against.resolve(), args)
         finally:
             server.stop()
     results["deliveries"] = args.deliveries

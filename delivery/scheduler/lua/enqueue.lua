@@ -7,22 +7,29 @@
 local woken = 0
 local changed = {}
 local retimed = {}
--- The configuration this batch applied to each tenant and endpoint already: another item
--- with the same one (a fan-out, a rebuild's run of one tenant's deliveries) only changes
--- the counts. A configuration Redis holds already is not written again either.
+-- The item whose configuration this batch applied to each tenant and endpoint last:
+-- another item with the same one (a fan-out, a rebuild's run of one tenant's deliveries)
+-- only changes the counts. A configuration Redis holds already is not written again.
 local tenant_cfg, endpoint_cfg = {}, {}
+local function same(j, i, offsets)
+  if not j then return false end
+  for _, o in ipairs(offsets) do
+    if ARGV[j + o] ~= ARGV[i + o] then return false end
+  end
+  return true
+end
+local TENANT_CFG, ENDPOINT_CFG = {3, 9}, {4, 5, 8}
 for i = 4, #ARGV, 10 do
   local id, t, e = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local k, due = ARGV[i + 6], tonumber(ARGV[i + 7])
   local tk = tenant_key(t)
   local ek = endpoint_key(e)
 
-  local tcfg = ARGV[i + 3] .. '|' .. ARGV[i + 9]
-  if tenant_cfg[t] ~= tcfg then
-    tenant_cfg[t] = tcfg
+  if not same(tenant_cfg[t], i, TENANT_CFG) then
+    tenant_cfg[t] = i
     local trate = tonumber(ARGV[i + 9])
     local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd', 'n')
-    hold(tk, {'f', 'r', 'd', 'n'}, {was[3], was[4], was[5], was[6]})
+    hold(tk, {f = was[3], r = was[4], d = was[5], n = was[6]})
     if not was[1] then count_stat('tenants', 1) end
     if was[1] ~= ARGV[i + 3] or tonumber(was[2]) ~= trate then
       if trate then
@@ -37,12 +44,11 @@ for i = 4, #ARGV, 10 do
   end
   if t == FALLBACK then count_stat('fallback_total', 1) end
 
-  local ecfg = ARGV[i + 4] .. '|' .. ARGV[i + 5] .. '|' .. ARGV[i + 8]
-  if endpoint_cfg[e] ~= ecfg then
-    endpoint_cfg[e] = ecfg
+  if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
+    endpoint_cfg[e] = i
     local erate = tonumber(ARGV[i + 8])
     local old = redis.call('HMGET', ek, 'm', 'rm', 'rr', 'n')
-    hold(ek, {'n'}, {old[4]})
+    hold(ek, {n = old[4]})
     local m, rm = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
     local same_rate = tonumber(old[3]) == erate
     if old[1] and (m > num(old[1]) or rm > num(old[2]) or not same_rate) then

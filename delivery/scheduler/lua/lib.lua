@@ -262,11 +262,11 @@ end
 -- one's configuration): held here and written back with one HSET per hash (write_held),
 -- rather than one HINCRBY per delivery and field. Other hashes are changed at once.
 local HELD = {}
-local function hold(key, fields, values)
+local function hold(key, read) -- read: field -> the value HMGET returned (false: none)
   if HELD[key] then return end
-  local held = {value = {}, changed = {}}
-  for i, field in ipairs(fields) do held.value[field] = num(values[i]) end
-  HELD[key] = held
+  local value = {}
+  for field, v in pairs(read) do value[field] = num(v) end
+  HELD[key] = {value = value, changed = {}}
 end
 local function bump(key, field, by)
   local held = HELD[key]
