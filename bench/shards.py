@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import redis
@@ -80,31 +81,32 @@ def workload(n: int, tenants: int, seed: int) -> list[Item]:
 
 def steps(sched: Scheduler, work: list[Item], seed: int):
     """The engine's calls on `work`, one scheduler call per step: enqueue in batches, then
-    pick / answered / retry_later / ack in batches until every delivery is acked."""
+    pick / answered / retry_later / ack in batches until every delivery is acked. Yields
+    the name of each call once it is made."""
     rng = random.Random(seed)
     for i in range(0, len(work), ENQUEUE_BATCH):
         sched.enqueue(work[i : i + ENQUEUE_BATCH])
-        yield
+        yield "enqueue"
     finished = 0
     while finished < len(work):
         picked = sched.pick("bench", PICK)
-        yield
+        yield "pick"
         if not picked.leases:
             # Only a retry not yet due can leave nothing dispatchable: wait for it.
             time.sleep(min(picked.wait_seconds, 0.01))
             continue
         sched.answered(picked.leases)
-        yield
+        yield "answered"
         done = []
         for lease in picked.leases:
             if lease.lane == FRESH and rng.random() < RETRY_SHARE:
                 sched.retry_later(lease, time.time())
-                yield
+                yield "retry_later"
             else:
                 done.append(lease)
         sched.ack(done, outcome="delivered")
         finished += len(done)
-        yield
+        yield "ack"
 
 
 def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
@@ -185,7 +187,8 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
     before._scripts = other_scripts.register_all(conn)
     names = {"before": before, "after": after}
-    spent = {name: [0, 0] for name in names}
+    usec = {name: 0 for name in names}
+    commands = {name: Counter() for name in names}
     work = workload(args.deliveries, args.tenants, args.seed)
     for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
         going = {}
@@ -194,22 +197,26 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
             going[name] = steps(sched, work if round_ else work[:200], args.seed)
         while going:
             for name in list(going):
-                usec, calls = script_counts(conn)
+                usec_before, calls_before = script_counts(conn)
                 try:
-                    next(going[name])
+                    call = next(going[name])
                 except StopIteration:
                     del going[name]
+                    continue
                 if round_:
                     usec_after, calls_after = script_counts(conn)
-                    spent[name][0] += usec_after - usec
-                    spent[name][1] += calls_after - calls
+                    usec[name] += usec_after - usec_before
+                    commands[name][call] += calls_after - calls_before
     deliveries = args.rounds * args.deliveries
     out = {
         name: {
-            "script_us_per_delivery": usec / deliveries,
-            "commands_per_delivery": calls / deliveries,
+            "script_us_per_delivery": usec[name] / deliveries,
+            "commands_per_delivery": sum(commands[name].values()) / deliveries,
+            "commands_per_delivery_by_call": {
+                call: count / deliveries for call, count in commands[name].items()
+            },
         }
-        for name, (usec, calls) in spent.items()
+        for name in names
     }
     for key in ("script_us_per_delivery", "commands_per_delivery"):
         out[f"{key}_before_over_after"] = out["before"][key] / out["after"][key]
