@@ -3,6 +3,7 @@ not a test:
 
     .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
         [--against DIR]  # also an older checkout's scripts, interleaved, same server
+        [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -79,6 +80,18 @@ def workload(n: int, tenants: int, seed: int) -> list[Item]:
     return work
 
 
+def flood(n: int, tenants: int, seed: int) -> list[Item]:
+    """bench/scheduler.py's flood, the gateway case: one tenant sends n - tenants
+    deliveries to one endpoint (a cap that never binds), then `tenants` quiet tenants one
+    each to the same endpoint."""
+    loud = [Item(new_ulid(), 0, 1, max_in_flight=10_000) for _ in range(n - tenants)]
+    return loud + [Item(new_ulid(), t, 1, max_in_flight=10_000) for t in range(1, tenants + 1)]
+
+
+MIXES = {"tenants": workload, "flood": flood}
+mix = workload  # --mix chooses; module-level so that the shard processes inherit it
+
+
 def steps(sched: Scheduler, work: list[Item], seed: int):
     """The engine's calls on `work`, one scheduler call per step: enqueue in batches, then
     pick / answered / retry_later / ack in batches until every delivery is acked. Yields
@@ -126,7 +139,7 @@ def server_counts(conn: redis.Redis) -> tuple[float, int]:
 
 def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1) -> dict:
     """One run on shard 0: the server's CPU and commands per delivery."""
-    work = workload(n, tenants, seed)
+    work = mix(n, tenants, seed)
     Scheduler(conn, shard=0).clear()
     cpu0, calls0 = server_counts(conn)
     started = time.perf_counter()
@@ -142,7 +155,7 @@ def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1)
 
 def _shard_loop(url: str, shard: int, n: int, tenants: int, seed: int, barrier) -> None:
     conn = redis.Redis.from_url(url)
-    work = workload(n, tenants, seed + shard)
+    work = mix(n, tenants, seed + shard)
     Scheduler(conn, shard=shard).clear()
     barrier.wait()
     run(conn, shard, work, seed + shard)
@@ -189,7 +202,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     names = {"before": before, "after": after}
     usec = {name: 0 for name in names}
     commands = {name: Counter() for name in names}
-    work = workload(args.deliveries, args.tenants, args.seed)
+    work = mix(args.deliveries, args.tenants, args.seed)
     for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
         going = {}
         for name, sched in names.items():
@@ -242,7 +255,15 @@ def main() -> None:
         help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
     )
     parser.add_argument("--against", type=Path, help="an older checkout to compare with")
+    parser.add_argument(
+        "--mix",
+        choices=MIXES,
+        default="tenants",
+        help="tenants: the mix above; flood: one tenant floods one endpoint, then quiet ones",
+    )
     args = parser.parse_args()
+    global mix
+    mix = MIXES[args.mix]
 
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
         server = PrivateRedis(Path(directory))
@@ -269,6 +290,7 @@ def main() -> None:
                 results["against"] = against(conn, args.against.resolve(), args)
         finally:
             server.stop()
+    results["mix"] = args.mix
     results["deliveries"] = args.deliveries
     results["tenants"] = args.tenants
     if args.json:
