@@ -185,12 +185,29 @@ local rates
 -- What endpoint e can take now: free slots under its cap (fresh) and under both caps
 -- (retry, which also has its own), the tokens its rate or a pause has ready (HUGE with
 -- neither), when the next token is due if none is ready, its rate and its pause's end.
-local function limits(e)
+-- While a pick's turns run, its own leases are the only change to an endpoint's caps and
+-- counts, so it reads each endpoint once and counts on (ENDPOINTS, set by pick_fair.lua
+-- around its turns; nil elsewhere): one tenant's lanes or many tenants sharing one
+-- destination then cost no read per lease.
+local ENDPOINTS = nil
+local function endpoint_state(e)
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then return known end
   local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
-  local free = num(cfg[1]) - num(redis.call('ZSCORE', K_BUSY, e))
-  local rfree = num(cfg[2]) - num(cfg[3])
+  local state = {
+    m = num(cfg[1]), rm = num(cfg[2]), ri = num(cfg[3]), rr = num(cfg[4]),
+    busy = num(redis.call('ZSCORE', K_BUSY, e)),
+  }
+  if ENDPOINTS then ENDPOINTS[e] = state end
+  return state
+end
+
+local function limits(e)
+  local state = endpoint_state(e)
+  local free = state.m - state.busy
+  local rfree = state.rm - state.ri
   if free < rfree then rfree = free end
-  local rate = num(cfg[4])
+  local rate = state.rr
   local hold = score_of(K_HOLD, e)
   if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil end
   local tok, due = rates().tokens('e' .. e, rate, hold)
@@ -341,6 +358,11 @@ local function grant(id, t, e, k, deadline, worker)
   redis.call('ZADD', K_LEASES, deadline, member)
   redis.call('ZINCRBY', K_BUSY, 1, e)
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', 1) end
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then
+    known.busy = known.busy + 1
+    if k == 'r' then known.ri = known.ri + 1 end
+  end
   count_queued(t, k, -1)
   return member
 end
@@ -349,6 +371,11 @@ end
 local function free_slot(e, k)
   if tonumber(redis.call('ZINCRBY', K_BUSY, -1, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', -1) end
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then
+    known.busy = known.busy - 1
+    if k == 'r' then known.ri = known.ri - 1 end
+  end
 end
 
 -- Drop a lease and its slot, unless answered.lua freed the slot already (then the 5th

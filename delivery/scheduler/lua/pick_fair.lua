@@ -13,6 +13,7 @@ local deadline = NOW + tonumber(ARGV[9])
 promote_due(tonumber(ARGV[10]))
 reclaim_expired(tonumber(ARGV[11]))
 wake_due(tonumber(ARGV[12]))
+ENDPOINTS = {} -- see endpoint_state: from here on, only this pick's leases change them
 
 -- Fresh first, but while both kinds wait, a credit of `share` per dispatch buys a retry
 -- whenever it reaches one whole dispatch: retries get at least that share, exactly.
@@ -147,6 +148,7 @@ while #out < max_items and budget > 0 do
   if used > 0 and (n >= turn_size or not rotating) then redis.call('HDEL', tk, 'u') end
 end
 
+ENDPOINTS = nil
 STATS_SET.V = v
 count_stat('deferrals', deferred)
 count_stat('rate_waits', waited)
