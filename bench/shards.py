@@ -180,11 +180,13 @@ def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
     return shards * n / seconds
 
 
-def script_counts(conn: redis.Redis) -> tuple[int, int]:
-    """(microseconds the server spent in scripts, commands run) so far, INFO left out."""
+def script_counts(conn: redis.Redis) -> tuple[int, int, int]:
+    """(microseconds the server spent in scripts, of those in the scripts' commands,
+    commands run) so far, INFO left out."""
     stats = conn.info("commandstats")
     calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
-    return stats.get("cmdstat_evalsha", {}).get("usec", 0), calls
+    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_evalsha"))
+    return stats.get("cmdstat_evalsha", {}).get("usec", 0), inner, calls
 
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
@@ -201,6 +203,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     before._scripts = other_scripts.register_all(conn)
     names = {"before": before, "after": after}
     usec = {name: 0 for name in names}
+    inner_usec = {name: 0 for name in names}
     commands = {name: Counter() for name in names}
     work = mix(args.deliveries, args.tenants, args.seed)
     for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
@@ -210,20 +213,23 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
             going[name] = steps(sched, work if round_ else work[:200], args.seed)
         while going:
             for name in list(going):
-                usec_before, calls_before = script_counts(conn)
+                usec_before, inner_before, calls_before = script_counts(conn)
                 try:
                     call = next(going[name])
                 except StopIteration:
                     del going[name]
                     continue
                 if round_:
-                    usec_after, calls_after = script_counts(conn)
+                    usec_after, inner_after, calls_after = script_counts(conn)
                     usec[name] += usec_after - usec_before
+                    inner_usec[name] += inner_after - inner_before
                     commands[name][call] += calls_after - calls_before
     deliveries = args.rounds * args.deliveries
     out = {
         name: {
             "script_us_per_delivery": usec[name] / deliveries,
+            # The commands' own share of it: the rest is Lua (its side of each call too).
+            "commands_us_per_delivery": inner_usec[name] / deliveries,
             "commands_per_delivery": sum(commands[name].values()) / deliveries,
             "commands_per_delivery_by_call": {
                 call: count / deliveries for call, count in commands[name].items()
