@@ -41,7 +41,10 @@ class Keys:
         self.prefix = prefix(shard)
         self.stats = self.prefix + "stats"
         self.wake = self.prefix + "wake"
-        self.epoch = self.prefix + "epoch"
+        # Versioned with the schedule's format: a schedule an older format wrote (before
+        # #21, tenant hashes counted their leases, not everything of theirs) has no such
+        # key, so the first sweep after an upgrade rebuilds it from the database.
+        self.epoch = self.prefix + "epoch:2"
         self.leases = self.prefix + "leases"
         self.delayed = self.prefix + "delayed"
         self.fifo = self.prefix + "fifo"

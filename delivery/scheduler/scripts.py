@@ -31,9 +31,17 @@ _PARTS = {
 }
 
 
+# After lib.lua, a script's own parts run as one function, so that whatever it returns,
+# the counters lib.lua holds back are written once at the end (flush_stats).
+_BODY = "local function body()\n{}\nend\nlocal result = body()\nflush_stats()\nreturn result\n"
+
+
 @cache
 def source(name: str) -> str:
-    return "\n".join((LUA_DIR / f"{part}.lua").read_text() for part in _PARTS[name])
+    first, *rest = [(LUA_DIR / f"{part}.lua").read_text() for part in _PARTS[name]]
+    if _PARTS[name][0] != "lib":
+        return "\n".join((first, *rest))
+    return first + "\n" + _BODY.format("\n".join(rest))
 
 
 class ShardScript:

@@ -115,3 +115,20 @@ def test_with_a_shard_unreachable_only_its_deliveries_wait_and_it_is_rebuilt_on_
     for shard in sharded.shards:
         held += check_invariants(shard)
     assert held == Counter(Delivery.objects.values_list("id", flat=True))  # each once
+
+
+def test_a_schedule_in_the_format_before_21_is_rebuilt_by_the_first_sweep(redis_conn) -> None:
+    """Its tenant hashes counted leases (`i`), not everything of theirs (`n`): the scripts
+    of today would drop such a hash too early, so the old epoch marker does not count."""
+    open_deliveries(2)
+    scheduler = get_scheduler()
+    old_epoch = scheduler.keys.prefix + "epoch"
+    redis_conn.set(old_epoch, new_ulid())  # all an older version left behind
+    scheduler.enqueue([Item(new_ulid(), None, 1)])  # a stale entry, no row behind it
+
+    assert scheduler.epoch() is None
+    assert maintenance.sweep()["rebuilt"] == 2
+
+    assert scheduler.snapshot().fresh_depth == 2  # the rows, not the stale entry
+    assert scheduler.epoch() is not None
+    assert not redis_conn.exists(old_epoch)

@@ -15,12 +15,12 @@ for i = 5, #ARGV do
     elseif slot_freed then
       freed[#freed + 1] = e
     end
-    tenant_gc(t)
+    tenant_done(t)
   else
     lost[#lost + 1] = string.match(ARGV[i], '^[^|]+')
   end
 end
-if released > 0 then redis.call('HINCRBY', K_STATS, 'out:' .. ARGV[4], released) end
+if released > 0 then count_stat('out:' .. ARGV[4], released) end
 local woken = 0
 if MODE == 'fair' then
   for _, e in ipairs(freed) do woken = woken + fill(e) end

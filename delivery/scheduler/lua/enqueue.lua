@@ -7,59 +7,75 @@
 local woken = 0
 local changed = {}
 local retimed = {}
--- The configuration the previous item applied: an item with the same one (a fan-out, a
--- rebuild's run of one tenant's deliveries) only changes the counts.
-local last_t, last_w, last_tr
-local last_e, last_m, last_rm, last_er
+-- The item whose configuration this batch applied to each tenant and endpoint last:
+-- another item with the same one (a fan-out, a rebuild's run of one tenant's deliveries)
+-- only changes the counts. A configuration Redis holds already is not written again.
+local tenant_cfg, endpoint_cfg = {}, {}
+local function same(j, i, offsets)
+  if not j then return false end
+  for _, o in ipairs(offsets) do
+    if ARGV[j + o] ~= ARGV[i + o] then return false end
+  end
+  return true
+end
+local TENANT_CFG, ENDPOINT_CFG = {3, 9}, {4, 5, 8}
 for i = 4, #ARGV, 10 do
   local id, t, e = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local k, due = ARGV[i + 6], tonumber(ARGV[i + 7])
   local tk = tenant_key(t)
   local ek = endpoint_key(e)
 
-  if not (t == last_t and ARGV[i + 3] == last_w and ARGV[i + 9] == last_tr) then
-    last_t, last_w, last_tr = t, ARGV[i + 3], ARGV[i + 9]
+  if not same(tenant_cfg[t], i, TENANT_CFG) then
+    tenant_cfg[t] = i
     local trate = tonumber(ARGV[i + 9])
-    local was = redis.call('HMGET', tk, 'w', 'rr')
-    if not was[1] then redis.call('HINCRBY', K_STATS, 'tenants', 1) end
-    if trate then
-      redis.call('HSET', tk, 'w', ARGV[i + 3], 'rr', trate)
-      rates().clamp_clock('t' .. t, trate)
-    else
-      redis.call('HSET', tk, 'w', ARGV[i + 3])
-      if was[2] then redis.call('HDEL', tk, 'rr') end
+    local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd', 'n')
+    hold(tk, {f = was[3], r = was[4], d = was[5], n = was[6]})
+    if not was[1] then count_stat('tenants', 1) end
+    if was[1] ~= ARGV[i + 3] or tonumber(was[2]) ~= trate then
+      if trate then
+        redis.call('HSET', tk, 'w', ARGV[i + 3], 'rr', trate)
+      else
+        redis.call('HSET', tk, 'w', ARGV[i + 3])
+        if was[2] then redis.call('HDEL', tk, 'rr') end
+      end
     end
+    if trate then rates().clamp_clock('t' .. t, trate) end
     if was[2] and tonumber(was[2]) ~= trate then retimed[#retimed + 1] = t end
   end
-  if t == FALLBACK then redis.call('HINCRBY', K_STATS, 'fallback_total', 1) end
+  if t == FALLBACK then count_stat('fallback_total', 1) end
 
-  if not (e == last_e and ARGV[i + 4] == last_m and ARGV[i + 5] == last_rm
-      and ARGV[i + 8] == last_er) then
-    last_e, last_m, last_rm, last_er = e, ARGV[i + 4], ARGV[i + 5], ARGV[i + 8]
+  if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
+    endpoint_cfg[e] = i
     local erate = tonumber(ARGV[i + 8])
-    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr')
+    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr', 'n')
+    hold(ek, {n = old[4]})
     local m, rm = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-    if old[1] and (m > num(old[1]) or rm > num(old[2]) or tonumber(old[3]) ~= erate) then
+    local same_rate = tonumber(old[3]) == erate
+    if old[1] and (m > num(old[1]) or rm > num(old[2]) or not same_rate) then
       changed[#changed + 1] = e
     end
-    if erate then
-      redis.call('HSET', ek, 'm', m, 'rm', rm, 'rr', erate)
-      rates().clamp_clock('e' .. e, erate)
-    else
-      redis.call('HSET', ek, 'm', m, 'rm', rm)
-      if old[3] then redis.call('HDEL', ek, 'rr') end
+    if tonumber(old[1]) ~= m or tonumber(old[2]) ~= rm or not same_rate then
+      if erate then
+        redis.call('HSET', ek, 'm', m, 'rm', rm, 'rr', erate)
+      else
+        redis.call('HSET', ek, 'm', m, 'rm', rm)
+        if old[3] then redis.call('HDEL', ek, 'rr') end
+      end
     end
+    if erate then rates().clamp_clock('e' .. e, erate) end
   end
-  redis.call('HINCRBY', ek, 'n', 1)
+  bump(ek, 'n', 1)
+  bump(tk, 'n', 1)
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)
-    redis.call('HINCRBY', tk, 'd', 1)
+    bump(tk, 'd', 1)
     woken = woken + 1 -- a sleeper re-reads when the next delayed delivery is due
   else
     woken = woken + enter(t, e, k, id)
   end
 end
+write_held()
 if MODE == 'fair' then
   -- A raised cap or a changed rate may free room for lanes parked on that endpoint, and a
   -- tenant asleep for its old rate should re-read the new one now.

@@ -16,7 +16,9 @@
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   t:t         HASH  tenant: f r d i (fresh/retry/delayed/in-flight counts), w weight,
+--   t:t         HASH  tenant: f r d (fresh/retry queued, delayed counts), n everything of
+--                     it in the schedule (queued, delayed or leased: in flight is
+--                     n - f - r - d, so a lease changes one count, not two), w weight,
 --                     c retry credit (ppm), u used part of an unfinished turn,
 --                     s virtual time kept while paused or asleep for its rate,
 --                     rr rate per second (absent = unlimited)
@@ -98,6 +100,44 @@ local function ulid_ms(id)
 end
 
 local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
+
+-- The stats hash's counters, written back once at the end of the script (scripts.py
+-- calls flush_stats after each script's body): a pick or an enqueue of n deliveries then
+-- writes the shard's depths, lease sequence and totals with two commands, not 2n. No
+-- script reads these counters back, except `seq` (see next_seq).
+local STATS_BY = {}
+local STATS_SET = {}
+local function count_stat(field, by) STATS_BY[field] = (STATS_BY[field] or 0) + by end
+local SEQ = nil
+local function next_seq()
+  if not SEQ then SEQ = num(redis.call('HGET', K_STATS, 'seq')) end
+  SEQ = SEQ + 1
+  count_stat('seq', 1)
+  return SEQ
+end
+local function flush_stats()
+  local fields = {}
+  for field, by in pairs(STATS_BY) do
+    if by ~= 0 then fields[#fields + 1] = field end
+  end
+  if #fields == 1 and next(STATS_SET) == nil then
+    redis.call('HINCRBY', K_STATS, fields[1], STATS_BY[fields[1]])
+    return
+  end
+  local pairs_out = {}
+  if #fields > 0 then
+    local was = redis.call('HMGET', K_STATS, unpack(fields))
+    for i, field in ipairs(fields) do
+      pairs_out[#pairs_out + 1] = field
+      pairs_out[#pairs_out + 1] = num(was[i]) + STATS_BY[field]
+    end
+  end
+  for field, value in pairs(STATS_SET) do
+    pairs_out[#pairs_out + 1] = field
+    pairs_out[#pairs_out + 1] = value
+  end
+  if #pairs_out > 0 then redis.call('HSET', K_STATS, unpack(pairs_out)) end
+end
 local function is_paused(t) return redis.call('SISMEMBER', K_PAUSED, t) == 1 end
 
 -- ZSCORE on the rate keys (tat, hold, due), but whether each exists is read once per
@@ -145,12 +185,29 @@ local rates
 -- What endpoint e can take now: free slots under its cap (fresh) and under both caps
 -- (retry, which also has its own), the tokens its rate or a pause has ready (HUGE with
 -- neither), when the next token is due if none is ready, its rate and its pause's end.
-local function limits(e)
+-- While a pick's turns run, its own leases are the only change to an endpoint's caps and
+-- counts, so it reads each endpoint once and counts on (ENDPOINTS, set by pick_fair.lua
+-- around its turns; nil elsewhere): one tenant's lanes or many tenants sharing one
+-- destination then cost no read per lease.
+local ENDPOINTS = nil
+local function endpoint_state(e)
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then return known end
   local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
-  local free = num(cfg[1]) - num(redis.call('ZSCORE', K_BUSY, e))
-  local rfree = num(cfg[2]) - num(cfg[3])
+  local state = {
+    m = num(cfg[1]), rm = num(cfg[2]), ri = num(cfg[3]), rr = num(cfg[4]),
+    busy = num(redis.call('ZSCORE', K_BUSY, e)),
+  }
+  if ENDPOINTS then ENDPOINTS[e] = state end
+  return state
+end
+
+local function limits(e)
+  local state = endpoint_state(e)
+  local free = state.m - state.busy
+  local rfree = state.rm - state.ri
   if free < rfree then rfree = free end
-  local rate = num(cfg[4])
+  local rate = state.rr
   local hold = score_of(K_HOLD, e)
   if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil end
   local tok, due = rates().tokens('e' .. e, rate, hold)
@@ -191,16 +248,25 @@ end
 
 -- After a lane's head changed: refresh its entry in the tenant's head set and the
 -- tenant's oldest-work score (O(log lanes), no scan of the tenant's lanes).
--- Returns whether the lane still holds anything.
-local function note_head(t, e, k)
+-- Returns whether the lane still holds anything. `popped`: the head that just left, if
+-- that was the change; a new head enqueued in the same millisecond changes no score.
+local function note_head(t, e, k, popped)
   local hk = head_key(t)
   local head = redis.call('LINDEX', lane_key(t, e, k), 0)
+  if head and popped and string.sub(head, 1, 10) == string.sub(popped, 1, 10) then
+    return true
+  end
   if head then
     redis.call('ZADD', hk, ulid_ms(head), e .. ':' .. k)
   else
     redis.call('ZREM', hk, e .. ':' .. k)
   end
   local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
+  if popped and first[1] and first[1] ~= e .. ':' .. k
+      and tonumber(first[2]) <= ulid_ms(popped) then
+    -- Another lane was at least as old as the one popped: the tenant's age stays.
+    return head ~= false
+  end
   if first[1] then
     redis.call('ZADD', K_AGE, first[2], t)
   else
@@ -209,9 +275,40 @@ local function note_head(t, e, k)
   return head ~= false
 end
 
+-- Counts of a tenant or endpoint hash that the script read already (an enqueue reads each
+-- one's configuration): held here and written back with one HSET per hash (write_held),
+-- rather than one HINCRBY per delivery and field. Other hashes are changed at once.
+local HELD = {}
+local function hold(key, read) -- read: field -> the value HMGET returned (false: none)
+  if HELD[key] then return end
+  local value = {}
+  for field, v in pairs(read) do value[field] = num(v) end
+  HELD[key] = {value = value, changed = {}}
+end
+local function bump(key, field, by)
+  local held = HELD[key]
+  if held and held.value[field] then
+    held.value[field] = held.value[field] + by
+    held.changed[field] = true
+  else
+    redis.call('HINCRBY', key, field, by)
+  end
+end
+local function write_held()
+  for key, held in pairs(HELD) do
+    local args = {}
+    for field in pairs(held.changed) do
+      args[#args + 1] = field
+      args[#args + 1] = held.value[field]
+    end
+    if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  end
+  HELD = {}
+end
+
 local function count_queued(t, k, by)
-  redis.call('HINCRBY', tenant_key(t), k, by)
-  redis.call('HINCRBY', K_STATS, k, by)
+  bump(tenant_key(t), k, by)
+  count_stat(k, by)
 end
 
 -- A delivery becomes dispatchable: the tail of its lane (or of the FIFO line).
@@ -240,12 +337,12 @@ local function reenter(t, e, k, id)
   note_head(t, e, k)
 end
 
--- Delete a tenant's hash once nothing of it is queued, delayed or in flight.
-local function tenant_gc(t)
+-- One of the tenant's deliveries left the schedule (acked): delete its hash once nothing
+-- of it is queued, delayed or in flight.
+local function tenant_done(t)
   local tk = tenant_key(t)
-  local c = redis.call('HMGET', tk, 'f', 'r', 'd', 'i')
-  if num(c[1]) + num(c[2]) + num(c[3]) + num(c[4]) == 0 then
-    if redis.call('DEL', tk) == 1 then redis.call('HINCRBY', K_STATS, 'tenants', -1) end
+  if redis.call('HINCRBY', tk, 'n', -1) <= 0 and redis.call('DEL', tk) == 1 then
+    count_stat('tenants', -1)
   end
 end
 
@@ -256,12 +353,16 @@ end
 -- Record a lease. The slot is the lease: counts change only together with the leases
 -- set, in the same script, so they cannot drift from it.
 local function grant(id, t, e, k, deadline, worker)
-  local seq = redis.call('HINCRBY', K_STATS, 'seq', 1)
+  local seq = next_seq()
   local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
   redis.call('ZADD', K_LEASES, deadline, member)
   redis.call('ZINCRBY', K_BUSY, 1, e)
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', 1) end
-  redis.call('HINCRBY', tenant_key(t), 'i', 1)
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then
+    known.busy = known.busy + 1
+    if k == 'r' then known.ri = known.ri + 1 end
+  end
   count_queued(t, k, -1)
   return member
 end
@@ -270,6 +371,11 @@ end
 local function free_slot(e, k)
   if tonumber(redis.call('ZINCRBY', K_BUSY, -1, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', -1) end
+  local known = ENDPOINTS and ENDPOINTS[e]
+  if known then
+    known.busy = known.busy - 1
+    if k == 'r' then known.ri = known.ri - 1 end
+  end
 end
 
 -- Drop a lease and its slot, unless answered.lua freed the slot already (then the 5th
@@ -280,7 +386,6 @@ local function release(member)
   local id, t, e, k = parse_lease(member)
   local slot_freed = redis.call('SREM', K_ANSWERED, member) == 0
   if slot_freed then free_slot(e, k) end
-  redis.call('HINCRBY', tenant_key(t), 'i', -1)
   return id, t, e, k, slot_freed
 end
 

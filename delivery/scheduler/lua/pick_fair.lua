@@ -13,19 +13,28 @@ local deadline = NOW + tonumber(ARGV[9])
 promote_due(tonumber(ARGV[10]))
 reclaim_expired(tonumber(ARGV[11]))
 wake_due(tonumber(ARGV[12]))
+ENDPOINTS = {} -- see endpoint_state: from here on, only this pick's leases change them
 
 -- Fresh first, but while both kinds wait, a credit of `share` per dispatch buys a retry
 -- whenever it reaches one whole dispatch: retries get at least that share, exactly.
-local function choose_kind(t, tk)
-  local fresh = redis.call('EXISTS', rot_key(t, 'f')) == 1
-  local retry = redis.call('EXISTS', rot_key(t, 'r')) == 1
+-- `rotations` holds the lengths of the tenant's two rotations, `credit` its retry credit
+-- (see the turn below).
+local function choose_kind(credit, rotations)
+  local fresh = rotations.f > 0
+  local retry = rotations.r > 0
   if fresh and retry then
-    if num(redis.call('HGET', tk, 'c')) + share >= PPM then return 'r', true end
+    if credit + share >= PPM then return 'r', true end
     return 'f', true
   end
   if fresh then return 'f', false end
   if retry then return 'r', false end
   return nil, false
+end
+
+-- The lane at the head of rotation `rot` (kind k) leaves it.
+local function leave(rotations, rot, k)
+  redis.call('LPOP', rot)
+  rotations[k] = rotations[k] - 1
 end
 
 local out = {}
@@ -42,7 +51,8 @@ while #out < max_items and budget > 0 do
   if score > v then v = score end
   local tk = tenant_key(t)
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
-  local row = redis.call('HMGET', tk, 'w', 'u', 'rr')
+  local row = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c', 'f', 'r')
+  local credit = num(row[4])
   local weight = num(row[1])
   if t == FALLBACK then weight = fallback_weight end
   if weight < 1 then weight = 1 end
@@ -55,8 +65,14 @@ while #out < max_items and budget > 0 do
   local trate = num(row[3])
   local ttok, tdue = HUGE, nil
   if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
+  -- The lengths of its rotations, read once per turn: only this loop changes them until
+  -- the turn ends, so it keeps count instead of asking Redis at every step. Nothing of a
+  -- kind queued means no lane of it, so no rotation either (most tenants have no retries).
+  local rotations = {f = 0, r = 0}
+  if num(row[5]) > 0 then rotations.f = redis.call('LLEN', rot_key(t, 'f')) end
+  if num(row[6]) > 0 then rotations.r = redis.call('LLEN', rot_key(t, 'r')) end
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
-    local k, both = choose_kind(t, tk)
+    local k, both = choose_kind(credit, rotations)
     if not k then break end
     local rot = rot_key(t, k)
     local e = redis.call('LINDEX', rot, 0)
@@ -64,7 +80,7 @@ while #out < max_items and budget > 0 do
     if free <= 0 or tok <= 0 then
       -- Endpoint full, or no token yet (its rate or a pause): no lease, no attempt. Park
       -- the lane (a pick wakes it when the token is due) and try the tenant's next one.
-      redis.call('LPOP', rot)
+      leave(rotations, rot, k)
       park(t, e, k, score + n * step)
       if free <= 0 then
         deferred = deferred + 1
@@ -75,7 +91,7 @@ while #out < max_items and budget > 0 do
       budget = budget - 1
     else
       local id = redis.call('LPOP', lane_key(t, e, k))
-      local more = note_head(t, e, k)
+      local more = note_head(t, e, k, id)
       out[#out + 1] = grant(id, t, e, k, deadline, worker)
       n = n + 1
       local next_due = nil
@@ -87,29 +103,31 @@ while #out < max_items and budget > 0 do
       if both then
         local delta = share
         if k == 'r' then delta = share - PPM end
+        credit = credit + delta
         redis.call('HINCRBY', tk, 'c', delta)
       end
       -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
       -- its endpoint or took its last token (cheaper than discovering it next turn), else
       -- goes to the back.
       if not more then
-        redis.call('LPOP', rot)
+        leave(rotations, rot, k)
       elseif free <= 1 then
         -- Work is left waiting for this endpoint's cap: that is a deferral too.
-        redis.call('LPOP', rot)
+        leave(rotations, rot, k)
         park(t, e, k, score + n * step)
         deferred = deferred + 1
       elseif tok <= 1 then
-        redis.call('LPOP', rot)
+        leave(rotations, rot, k)
         park(t, e, k, score + n * step)
         rates().await_token(e, next_due)
         waited = waited + 1
       else
-        redis.call('LMOVE', rot, rot, 'LEFT', 'RIGHT')
+        -- (A rotation of one lane is its own back already.)
+        if rotations[k] > 1 then redis.call('LMOVE', rot, rot, 'LEFT', 'RIGHT') end
       end
     end
   end
-  local rotating = has_rotation(t)
+  local rotating = rotations.f + rotations.r > 0
   if not rotating then
     redis.call('ZREM', K_VT, t)
   else
@@ -130,9 +148,10 @@ while #out < max_items and budget > 0 do
   if used > 0 and (n >= turn_size or not rotating) then redis.call('HDEL', tk, 'u') end
 end
 
-redis.call('HSET', K_STATS, 'V', v)
-if deferred > 0 then redis.call('HINCRBY', K_STATS, 'deferrals', deferred) end
-if waited > 0 then redis.call('HINCRBY', K_STATS, 'rate_waits', waited) end
+ENDPOINTS = nil
+STATS_SET.V = v
+count_stat('deferrals', deferred)
+count_stat('rate_waits', waited)
 -- Nothing left in the turn order: say how long to sleep. After a full pick too, if
 -- anything waits for a token (a rate-limited worker then needn't pick again to find out).
 local wait = 0

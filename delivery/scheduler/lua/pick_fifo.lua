@@ -41,8 +41,8 @@ while #out < max_items and budget > 0 do
   end
 end
 
-if deferred > 0 then redis.call('HINCRBY', K_STATS, 'deferrals', deferred) end
-if waited > 0 then redis.call('HINCRBY', K_STATS, 'rate_waits', waited) end
+count_stat('deferrals', deferred)
+count_stat('rate_waits', waited)
 -- Came back short having looked at the whole line: nothing else is ready, say so.
 local wait = 0
 if #out == 0 or (#out < max_items and whole_line) or redis.call('EXISTS', K_FIFO) == 0 then

@@ -5,7 +5,7 @@ local id, t, e = release(ARGV[4])
 if not id then return 0 end
 redis.call('ZADD', K_DELAYED, tonumber(ARGV[5]), id .. '|' .. t .. '|' .. e .. '|r')
 redis.call('HINCRBY', tenant_key(t), 'd', 1)
-redis.call('HINCRBY', K_STATS, 'out:retry', 1)
+count_stat('out:retry', 1)
 local woken = 1 -- a sleeper re-reads when the next delayed delivery is due
 if MODE == 'fair' then woken = woken + fill(e) end
 wake(woken)

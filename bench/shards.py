@@ -1,0 +1,310 @@
+"""Redis work per delivery, and scheduler throughput over 1, 2 and 3 shards. A script,
+not a test:
+
+    .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
+        [--against DIR]  # also an older checkout's scripts, interleaved, same server
+        [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
+
+It starts a redis-server of its own (so that the INFO deltas count only this bench) and
+runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
+batches as the delivery engine does, with a mix of many tenants, a few endpoints each,
+tight caps on some, and a share of first attempts that fail once and are retried.
+
+- `redis_cpu_us_per_delivery`: the server's used_cpu_sys + used_cpu_user delta over a
+  run, divided by the deliveries finished (enqueue, pick, answered, ack and retries).
+- `commands_per_delivery`: every command the server ran in that run (INFO commandstats
+  delta, which counts the scripts' own redis.call()s as well as the EVALSHAs), divided
+  the same way.
+- `deliveries_per_s_by_shards`: S processes, each running the same loop on its own
+  shard's keys (`wh:{N}:`) on the one server, all started together: deliveries finished
+  per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
+
+`--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
+runs that checkout's scripts and this one's on the same workload, interleaved call by
+call on the same server, and reports each one's server time inside scripts
+(`script_us_per_delivery`, INFO commandstats usec of EVALSHA) and commands: CPU figures
+swing by ±30% from run to run on this shared machine, so only a ratio measured in one
+run, side by side, says whether a change made the scripts cheaper.
+"""
+
+import argparse
+import importlib.util
+import json
+import multiprocessing
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.ids import new_ulid
+from delivery.scheduler import FRESH, Item, Scheduler
+from tests.private_redis import PrivateRedis
+
+ENQUEUE_BATCH = 100  # what one publish or ingest flush enqueues, about
+PICK = 32  # the engine picks half its room at once (MAX_PICK 64, 64 slots)
+RETRY_SHARE = 0.05  # first attempts that fail once and come back as retries
+SHARD_COUNTS = (1, 2, 3)
+
+
+def workload(n: int, tenants: int, seed: int) -> list[Item]:
+    """n deliveries over `tenants` tenants with 1-3 endpoints each, weights 1-3, caps of
+    1-8 (a quarter of the endpoints at 1 or 2, so lanes park), and a skew: a tenth of
+    the tenants send half of the traffic."""
+    rng = random.Random(seed)
+    loud = max(1, tenants // 10)
+    endpoints = {
+        t: [(t * 4 + j, rng.choice((1, 2, 4, 4, 8, 8, 8, 8))) for j in range(1 + t % 3)]
+        for t in range(tenants)
+    }
+    work = []
+    for _ in range(n):
+        t = rng.randrange(loud) if rng.random() < 0.5 else rng.randrange(tenants)
+        endpoint, cap = rng.choice(endpoints[t])
+        work.append(
+            Item(
+                new_ulid(),
+                t,
+                endpoint,
+                weight=1 + t % 3,
+                max_in_flight=cap,
+                retry_max_in_flight=cap,
+            )
+        )
+    return work
+
+
+def flood(n: int, tenants: int, seed: int) -> list[Item]:
+    """bench/scheduler.py's flood, the gateway case: one tenant sends n - tenants
+    deliveries to one endpoint (a cap that never binds), then `tenants` quiet tenants one
+    each to the same endpoint."""
+    loud = [Item(new_ulid(), 0, 1, max_in_flight=10_000) for _ in range(n - tenants)]
+    return loud + [Item(new_ulid(), t, 1, max_in_flight=10_000) for t in range(1, tenants + 1)]
+
+
+MIXES = {"tenants": workload, "flood": flood}
+mix = workload  # --mix chooses; module-level so that the shard processes inherit it
+
+
+def steps(sched: Scheduler, work: list[Item], seed: int):
+    """The engine's calls on `work`, one scheduler call per step: enqueue in batches, then
+    pick / answered / retry_later / ack in batches until every delivery is acked. Yields
+    the name of each call once it is made."""
+    rng = random.Random(seed)
+    for i in range(0, len(work), ENQUEUE_BATCH):
+        sched.enqueue(work[i : i + ENQUEUE_BATCH])
+        yield "enqueue"
+    finished = 0
+    while finished < len(work):
+        picked = sched.pick("bench", PICK)
+        yield "pick"
+        if not picked.leases:
+            # Only a retry not yet due can leave nothing dispatchable: wait for it.
+            time.sleep(min(picked.wait_seconds, 0.01))
+            continue
+        sched.answered(picked.leases)
+        yield "answered"
+        done = []
+        for lease in picked.leases:
+            if lease.lane == FRESH and rng.random() < RETRY_SHARE:
+                sched.retry_later(lease, time.time())
+                yield "retry_later"
+            else:
+                done.append(lease)
+        sched.ack(done, outcome="delivered")
+        finished += len(done)
+        yield "ack"
+
+
+def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
+    """Enqueue everything, then drain it as the engine does; returns deliveries finished."""
+    for _ in steps(Scheduler(conn, shard=shard, turn_size=turn_size), work, seed):
+        pass
+    return len(work)
+
+
+def server_counts(conn: redis.Redis) -> tuple[float, int]:
+    """(server CPU seconds, commands run) so far, INFO itself left out."""
+    cpu = conn.info("cpu")
+    stats = conn.info("commandstats")
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    return cpu["used_cpu_sys"] + cpu["used_cpu_user"], calls
+
+
+def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1) -> dict:
+    """One run on shard 0: the server's CPU and commands per delivery."""
+    work = mix(n, tenants, seed)
+    Scheduler(conn, shard=0).clear()
+    cpu0, calls0 = server_counts(conn)
+    started = time.perf_counter()
+    done = run(conn, 0, work, seed, turn_size)
+    seconds = time.perf_counter() - started
+    cpu1, calls1 = server_counts(conn)
+    return {
+        "redis_cpu_us_per_delivery": (cpu1 - cpu0) * 1e6 / done,
+        "commands_per_delivery": (calls1 - calls0) / done,
+        "deliveries_per_s": done / seconds,
+    }
+
+
+def _shard_loop(url: str, shard: int, n: int, tenants: int, seed: int, barrier) -> None:
+    conn = redis.Redis.from_url(url)
+    work = mix(n, tenants, seed + shard)
+    Scheduler(conn, shard=shard).clear()
+    barrier.wait()
+    run(conn, shard, work, seed + shard)
+
+
+def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
+    """`shards` processes, one per shard, started together: deliveries per second."""
+    barrier = multiprocessing.Barrier(shards + 1)
+    procs = [
+        multiprocessing.Process(target=_shard_loop, args=(url, s, n, tenants, seed, barrier))
+        for s in range(shards)
+    ]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for proc in procs:
+        proc.join()
+    seconds = time.perf_counter() - started
+    if any(proc.exitcode for proc in procs):
+        sys.exit("a shard loop failed")
+    return shards * n / seconds
+
+
+def script_counts(conn: redis.Redis) -> tuple[int, int, int]:
+    """(microseconds the server spent in scripts, of those in the scripts' commands,
+    commands run) so far, INFO left out."""
+    stats = conn.info("commandstats")
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_evalsha"))
+    return stats.get("cmdstat_evalsha", {}).get("usec", 0), inner, calls
+
+
+def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
+    """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
+    checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
+    checkout's, on the same workload, interleaved call by call on one server: each call's
+    server time in scripts and commands go to its version's account."""
+    spec = importlib.util.spec_from_file_location(
+        "other_scripts", other / "delivery" / "scheduler" / "scripts.py"
+    )
+    other_scripts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other_scripts)
+    before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
+    before._scripts = other_scripts.register_all(conn)
+    names = {"before": before, "after": after}
+    usec = {name: 0 for name in names}
+    inner_usec = {name: 0 for name in names}
+    commands = {name: Counter() for name in names}
+    work = mix(args.deliveries, args.tenants, args.seed)
+    for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
+        going = {}
+        for name, sched in names.items():
+            sched.clear()
+            going[name] = steps(sched, work if round_ else work[:200], args.seed)
+        while going:
+            for name in list(going):
+                usec_before, inner_before, calls_before = script_counts(conn)
+                try:
+                    call = next(going[name])
+                except StopIteration:
+                    del going[name]
+                    continue
+                if round_:
+                    usec_after, inner_after, calls_after = script_counts(conn)
+                    usec[name] += usec_after - usec_before
+                    inner_usec[name] += inner_after - inner_before
+                    commands[name][call] += calls_after - calls_before
+    deliveries = args.rounds * args.deliveries
+    out = {
+        name: {
+            "script_us_per_delivery": usec[name] / deliveries,
+            # The commands' own share of it: the rest is Lua (its side of each call too).
+            "commands_us_per_delivery": inner_usec[name] / deliveries,
+            "commands_per_delivery": sum(commands[name].values()) / deliveries,
+            "commands_per_delivery_by_call": {
+                call: count / deliveries for call, count in commands[name].items()
+            },
+        }
+        for name in names
+    }
+    for key in ("script_us_per_delivery", "commands_per_delivery"):
+        out[f"{key}_before_over_after"] = out["before"][key] / out["after"][key]
+    out["code_before"] = str(other)
+    return out
+
+
+def medians(rounds: list[dict]) -> dict:
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print only the results, as JSON")
+    parser.add_argument("--deliveries", type=int, default=20_000, help="per run and shard")
+    parser.add_argument("--tenants", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3, help="medians over this many")
+    parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument(
+        "--turn-size",
+        type=int,
+        default=0,
+        help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
+    )
+    parser.add_argument("--against", type=Path, help="an older checkout to compare with")
+    parser.add_argument(
+        "--mix",
+        choices=MIXES,
+        default="tenants",
+        help="tenants: the mix above; flood: one tenant floods one endpoint, then quiet ones",
+    )
+    args = parser.parse_args()
+    global mix
+    mix = MIXES[args.mix]
+
+    with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
+        server = PrivateRedis(Path(directory))
+        server.start()
+        try:
+            conn = redis.Redis.from_url(server.url)
+            run(conn, 0, workload(200, 20, args.seed), args.seed)  # load the scripts
+            rounds = [
+                cost(conn, args.deliveries, args.tenants, args.seed) for _ in range(args.rounds)
+            ]
+            results = medians(rounds)
+            if args.turn_size > 1:
+                results[f"turn_size_{args.turn_size}"] = cost(
+                    conn, args.deliveries, args.tenants, args.seed, args.turn_size
+                )
+            results["deliveries_per_s_by_shards"] = {
+                str(s): statistics.median(
+                    by_shards(server.url, s, args.deliveries, args.tenants, args.seed)
+                    for _ in range(args.rounds)
+                )
+                for s in SHARD_COUNTS
+            }
+            if args.against:
+                results["against"] = against(conn, args.against.resolve(), args)
+        finally:
+            server.stop()
+    results["mix"] = args.mix
+    results["deliveries"] = args.deliveries
+    results["tenants"] = args.tenants
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for key, value in results.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
