@@ -132,6 +132,10 @@ def child_env(database_url: str, redis_url: str, workdir: Path, **extra: str) ->
         "ALLOW_PRIVATE_DESTINATIONS": "true",  # the receiver is on 127.0.0.1
         "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
         "PYTHONPATH": str(ROOT),
+        # The schedule stays in the claimed database (the only one ever flushed), on
+        # every shard, whatever the caller's own environment says.
+        "SCHEDULER_REDIS_URL": "",
+        "SCHEDULER_PICK_SHARDS": "",
         **extra,
     }
 

@@ -94,20 +94,15 @@ def execute(
 ) -> dict[str, Any]:
     """One run of `scenario` as `spec`; returns report.summarize's figures. `title`
     names it on the progress line (default: its label)."""
-    with override_settings(SCHEDULER_MODE=spec.mode):
-        reset_scheduler()  # the publisher's enqueue must use the workers' mode
+    with override_settings(SCHEDULER_MODE=spec.mode, SCHEDULER_SHARDS=spec.shards):
+        reset_scheduler()  # the publisher's enqueue must use the workers' mode and shards
         _empty_database()
         redis_db.flush()
         get_scheduler().start_epoch()  # else the sweeper takes the empty db for a lost schedule
         receiver.reset()
         setup = BUILDERS[scenario](spec, receiver, options)
         env = child_env(
-            database_url,
-            redis_db.url,
-            workdir,
-            SCHEDULER_MODE=spec.mode,
-            DELIVERY_CONCURRENCY=str(options["slots"]),
-            **setup.worker_env,
+            database_url, redis_db.url, workdir, **worker_settings(spec, options, setup)
         )
         workers = Workers(options["workers"], env, workdir, spec.label)
         try:
@@ -116,6 +111,18 @@ def execute(
         finally:
             workers.stop()
             reset_scheduler()
+
+
+def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dict[str, str]:
+    """The settings a run's workers get on top of the simulation's stores: the same
+    mode and shards as the publisher in this process, else they would pick from keys
+    nobody enqueues to."""
+    return {
+        "SCHEDULER_MODE": spec.mode,
+        "SCHEDULER_SHARDS": str(spec.shards),
+        "DELIVERY_CONCURRENCY": str(options["slots"]),
+        **setup.worker_env,
+    }
 
 
 def _drive(

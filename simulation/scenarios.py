@@ -7,7 +7,7 @@ Sizes default to what this 2-core machine drains in about a minute; docs/BENCHMA
 """
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulation.receiver import Receiver
@@ -67,12 +67,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class RunSpec:
     """One run: `mode` is SCHEDULER_MODE; `caps` False raises every cap to NO_CAP;
-    `hang` False makes the hung endpoints answer (the no-hang reference)."""
+    `hang` False makes the hung endpoints answer (the no-hang reference); `shards`
+    splits the schedule (on the simulation's one Redis database)."""
 
     label: str
     mode: str = "fair"
     caps: bool = True
     hang: bool = True
+    shards: int = 1  # SCHEDULER_SHARDS of the run's workers and publisher
 
 
 @dataclass
@@ -85,15 +87,21 @@ class Setup:
     bounds: dict[str, float] = field(default_factory=dict)  # caps the report checks against
 
 
-def runs_for(scenario: str, scheduler: str, no_caps: bool, compare: bool) -> list[RunSpec]:
+def runs_for(
+    scenario: str, scheduler: str, no_caps: bool, compare: bool, shards: int = 1
+) -> list[RunSpec]:
+    """The runs of one round. `shards` applies to the fair-mode runs only: FIFO is the
+    one-queue baseline of today, and a FIFO per shard would be no FIFO at all."""
     if not compare:
         label = scheduler + ("+no-caps" if no_caps else "")
-        return [RunSpec(label, scheduler, caps=not no_caps)]
-    if scenario == "flood":
-        return [RunSpec("fair"), RunSpec("fifo", "fifo")]
-    if scenario == "slow-endpoints":
-        return [RunSpec("fair"), RunSpec("no-caps", caps=False), RunSpec("no-hang", hang=False)]
-    return [RunSpec("fair"), RunSpec("no-caps", caps=False)]
+        specs = [RunSpec(label, scheduler, caps=not no_caps)]
+    elif scenario == "flood":
+        specs = [RunSpec("fair"), RunSpec("fifo", "fifo")]
+    elif scenario == "slow-endpoints":
+        specs = [RunSpec("fair"), RunSpec("no-caps", caps=False), RunSpec("no-hang", hang=False)]
+    else:
+        specs = [RunSpec("fair"), RunSpec("no-caps", caps=False)]
+    return [replace(spec, shards=shards) if spec.mode == "fair" else spec for spec in specs]
 
 
 def _tenants(keys: list[str]) -> list[Tenant]:

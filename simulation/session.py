@@ -76,7 +76,9 @@ def main() -> int:
     prepare_database()
     about = machine()
     receiver = Receiver(options.get("service_ms") or 0.0)
-    specs = runs_for(scenario, options["scheduler"], options["no_caps"], options["compare"])
+    specs = runs_for(
+        scenario, options["scheduler"], options["no_caps"], options["compare"], options["shards"]
+    )
     rounds: list[dict[str, dict]] = []
     try:
         if scenario == "flood" and options["loud_events"] is None:

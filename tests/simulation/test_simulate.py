@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from simulation.environment import child_env
 from simulation.report import FIGURES
+from simulation.runner import worker_settings
+from simulation.scenarios import Setup, runs_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workers", "1", "--slots", "8", "--timeout", "60"]
@@ -107,3 +110,41 @@ def test_retry_storm_retries_stay_within_the_retry_cap(tmp_path: Path) -> None:
 def test_a_knob_of_another_scenario_is_refused() -> None:
     with pytest.raises(CommandError, match="--hung does not apply to flood"):
         call_command("simulate", "flood", "--hung", "3")
+
+
+def test_shards_reach_the_fair_runs_workers_and_fifo_stays_one_queue(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The caller's own schedule URL must not lead the workers away from the claimed database.
+    monkeypatch.setenv("SCHEDULER_REDIS_URL", "redis://127.0.0.1:1/0")
+    fair, fifo = runs_for("flood", "fair", no_caps=False, compare=True, shards=3)
+    setup = Setup(plan=[], expected=0, worker_env={"RETRY_SCHEDULE_SECONDS": "1"})
+    envs = {
+        spec.label: child_env(
+            "sqlite:///x",
+            "redis://127.0.0.1:6379/12",
+            tmp_path,
+            **worker_settings(spec, {"slots": 8}, setup),
+        )
+        for spec in (fair, fifo)
+    }
+    assert (envs["fair"]["SCHEDULER_MODE"], envs["fair"]["SCHEDULER_SHARDS"]) == ("fair", "3")
+    assert (envs["fifo"]["SCHEDULER_MODE"], envs["fifo"]["SCHEDULER_SHARDS"]) == ("fifo", "1")
+    for env in envs.values():
+        assert env["SCHEDULER_REDIS_URL"] == ""
+        assert env["DELIVERY_CONCURRENCY"] == "8" and env["RETRY_SCHEDULE_SECONDS"] == "1"
+    # Without --compare every run in fair mode gets them, the no-caps baseline included.
+    assert [s.shards for s in runs_for("slow-endpoints", "fair", False, True, 2)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shards", "0"], "--shards must be from 1 to 64"),
+        (["--shards", "65"], "--shards must be from 1 to 64"),
+        (["--scheduler", "fifo", "--shards", "3"], "--shards applies to the fair scheduler only"),
+    ],
+)
+def test_shards_out_of_range_or_with_fifo_are_refused(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate", "flood", *args)

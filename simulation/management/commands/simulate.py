@@ -22,6 +22,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from simulation.environment import ROOT, RedisDatabase, child_env, prepare_database
 from simulation.scenarios import DEFAULTS, SCENARIOS
 
+MAX_SHARDS = 64  # SCHEDULER_SHARDS' maximum in project/settings.py
+
 HELP = """\
 Run the real platform under a noisy neighbour and measure who waits.
 
@@ -50,6 +52,7 @@ examples:
   manage.py simulate flood --compare --plot flood.svg
   manage.py simulate slow-endpoints --compare --json slow.json
   manage.py simulate retry-storm --no-caps --redis-url redis://127.0.0.1:6379/7
+  manage.py simulate flood --compare --shards 3 --own-endpoints
 
 The database is a fresh SQLite file in a temporary directory unless --database-url
 names one (created if missing; it must be empty or used by earlier simulations).
@@ -91,6 +94,12 @@ class Command(BaseCommand):
             type=int,
             default=1,
             help="repeat the runs this many times, alternating their order, and report medians: this machine is shared and one run's p99 is noisy",
+        )
+        runs.add_argument(
+            "--shards",
+            type=int,
+            default=1,
+            help="SCHEDULER_SHARDS of the fair runs: the schedule split by endpoint into this many shards on the simulation's Redis database (default 1; FIFO baselines stay one queue)",
         )
         runs.add_argument("--workers", type=int, help="worker processes (default 2)")
         runs.add_argument(
@@ -199,6 +208,7 @@ class Command(BaseCommand):
             )
             self.stdout.write(
                 f"simulate {options['scenario']}: Redis {redis_db.url}, database {database_url}"
+                + (f", fair runs on {options['shards']} shards" if options["shards"] > 1 else "")
             )
             env = child_env(
                 database_url,
@@ -256,6 +266,11 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     )
     if options["compare"] and (options["scheduler"] != "fair" or options["no_caps"]):
         raise CommandError("--compare chooses the runs itself; drop --scheduler/--no-caps")
+    if not 1 <= raw["shards"] <= MAX_SHARDS:
+        raise CommandError(f"--shards must be from 1 to {MAX_SHARDS} (SCHEDULER_SHARDS' range)")
+    if raw["shards"] > 1 and options["scheduler"] != "fair":
+        raise CommandError("--shards applies to the fair scheduler only")
+    options["shards"] = raw["shards"]
     return options
 
 
