@@ -25,3 +25,27 @@ def in_parent_names(plan: str) -> str:
         "|".join(re.escape(name) for name in sorted(parents, key=len, reverse=True))
     )
     return pattern.sub(lambda match: parents[match[0]], plan)
+
+
+HISTORY_TABLES = ("webhooks_event", "delivery_delivery", "delivery_attempt")
+
+
+def assert_no_scan_of_history(queries: list[dict], what: str) -> None:
+    """Every SELECT among `queries` (CaptureQueriesContext's) that reads a history table
+    finds an index there: with sequential scans priced out (tiny test tables would always
+    be scanned), a plan that still scans one has no index to use."""
+    from django.db import transaction
+
+    selects = [
+        q["sql"]
+        for q in queries
+        if q["sql"].startswith("SELECT") and any(t in q["sql"] for t in HISTORY_TABLES)
+    ]
+    assert selects, what
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for sql in selects:
+            cursor.execute(f"EXPLAIN {sql}")
+            plan = in_parent_names("\n".join(row[0] for row in cursor.fetchall()))
+            for table in HISTORY_TABLES:
+                assert f"Seq Scan on {table}" not in plan, (what, sql, plan)

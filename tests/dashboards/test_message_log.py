@@ -4,7 +4,9 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,6 +16,7 @@ from ingest.publish import publish
 from tenants import share
 from tenants.models import AuditEntry, Membership
 from tests.factories import make_endpoint, make_tenant, make_user
+from tests.pg_plans import assert_no_scan_of_history
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -391,3 +394,29 @@ def test_resend_needs_csrf_and_post(shop) -> None:
     delivery.refresh_from_db()
     assert delivery.status == Delivery.Status.PENDING
     assert AuditEntry.objects.count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's query planner")
+def test_every_filter_of_the_log_is_served_by_an_index(shop) -> None:
+    a, events = shop["a"], shop["events"]
+    client = Client()
+    client.force_login(member("ann", a))
+    since = (shop["base"] + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    pages = [
+        {},
+        {"event_type": "orders/paid"},
+        {"status": "dead"},
+        {"status": "delivered"},
+        {"endpoint": shop["hook1"].pk},
+        {"endpoint": shop["hook2"].pk, "status": "held"},
+        {"since": since},
+        {"event_id": events[2].pk},
+    ]
+    for query in pages:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(log_url(a, **query)).status_code == 200
+        assert_no_scan_of_history(captured.captured_queries, str(query))
+    with CaptureQueriesContext(connection) as captured:
+        page = reverse("tenants:message", args=[a.key, events[2].pk])
+        assert client.get(page).status_code == 200
+    assert_no_scan_of_history(captured.captured_queries, "an event's page")
