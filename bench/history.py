@@ -227,7 +227,7 @@ def phase_admin() -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from delivery.models import Attempt, Delivery
+    from delivery.models import Delivery
     from webhooks.models import Event
 
     user_model = get_user_model()
@@ -265,7 +265,6 @@ def phase_admin() -> dict:
             if round_ and (best is None or elapsed < best):
                 best = elapsed
         timings[name] = round(best, 1)
-    del Attempt
     return {"pages_ms": timings}
 
 

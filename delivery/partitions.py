@@ -83,7 +83,6 @@ EVENT_UNIQUE_INDEXES = (
 )
 
 _BOUND = re.compile(r"FROM \((MINVALUE|'[^']*')\) TO \((MAXVALUE|'[^']*')\)")
-_DAY_NAME = re.compile(r"_p(\d{8})$")
 # The sweep looks this often at most: listing partitions is a catalog query, cheap, but
 # the sweep runs every few seconds and a day changes once a day.
 MAINTAIN_EVERY_SECONDS = 60.0

@@ -349,13 +349,14 @@ class _Plan:
     events: list[Event]
     deliveries: list[Delivery]
     fallbacks: dict[int, int]
+    first_in_batch: dict[tuple, Event]  # the new events with a key, by their identity
 
 
 def _plan_batch(items: list[EventFields], endpoints: "_Endpoints", *, look_up: bool) -> _Plan:
     identities = {identity for identity in map(_identity, items) if identity is not None}
     stored = _stored_events(identities) if identities and look_up else {}
-    plan = _Plan([], [], [], defaultdict(int))
-    first_in_batch: dict[tuple, Event] = {}
+    plan = _Plan([], [], [], defaultdict(int), {})
+    first_in_batch = plan.first_in_batch
     for item in items:
         identity = _identity(item)
         earlier = None
@@ -380,26 +381,12 @@ def _refuse_stored_meanwhile(plan: _Plan) -> None:
     """Across time partitions only (ingest.idempotency): lock the keys the batch inserts,
     then look again whether one of them was stored since the plan's look-up. If so, the
     same as a unique constraint's collision: roll back and plan again."""
-    identities = {
-        identity
-        for identity in (_event_identity(event) for event in plan.events)
-        if identity is not None
-    }
+    identities = set(plan.first_in_batch)
     if not identities or not idempotency.spans_partitions():
         return
     idempotency.lock(list(identities))
     if _stored_events(identities):
         raise IntegrityError("an idempotency key of the batch was stored meanwhile")
-
-
-def _event_identity(event: Event) -> tuple | None:
-    if not event.idempotency_key:
-        return None
-    if event.source_id is not None:
-        return ("source", event.source_id, event.idempotency_key)
-    if event.tenant_id is not None:
-        return ("tenant", event.tenant_id, event.idempotency_key)
-    return None
 
 
 def accept_many(items: list[EventFields]) -> list[Accepted]:
