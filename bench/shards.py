@@ -205,6 +205,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     usec = {name: 0 for name in names}
     inner_usec = {name: 0 for name in names}
     commands = {name: Counter() for name in names}
+    usec_by_call = {name: Counter() for name in names}
     work = mix(args.deliveries, args.tenants, args.seed)
     for round_ in range(args.rounds + 1):  # the first loads the scripts, uncounted
         going = {}
@@ -224,6 +225,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
                     usec[name] += usec_after - usec_before
                     inner_usec[name] += inner_after - inner_before
                     commands[name][call] += calls_after - calls_before
+                    usec_by_call[name][call] += usec_after - usec_before
     deliveries = args.rounds * args.deliveries
     out = {
         name: {
@@ -233,6 +235,9 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
             "commands_per_delivery": sum(commands[name].values()) / deliveries,
             "commands_per_delivery_by_call": {
                 call: count / deliveries for call, count in commands[name].items()
+            },
+            "script_us_per_delivery_by_call": {
+                call: usec / deliveries for call, usec in usec_by_call[name].items()
             },
         }
         for name in names

@@ -32,8 +32,13 @@ _PARTS = {
 
 
 # After lib.lua, a script's own parts run as one function, so that whatever it returns,
-# the counters lib.lua holds back are written once at the end (flush_stats).
-_BODY = "local function body()\n{}\nend\nlocal result = body()\nflush_stats()\nreturn result\n"
+# the counters lib.lua holds back are written once at the end (flush_stats). A pick
+# writes its leases itself (flush_grants) before it reads them again; the call here only
+# makes sure that nothing held back is ever dropped.
+_BODY = (
+    "local function body()\n{}\nend\nlocal result = body()\n"
+    "flush_grants()\nflush_stats()\nreturn result\n"
+)
 
 
 @cache

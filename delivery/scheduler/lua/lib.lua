@@ -337,11 +337,11 @@ local function reenter(t, e, k, id)
   note_head(t, e, k)
 end
 
--- One of the tenant's deliveries left the schedule (acked): delete its hash once nothing
--- of it is queued, delayed or in flight.
-local function tenant_done(t)
+-- `n` (default 1) of the tenant's deliveries left the schedule (acked): delete its hash
+-- once nothing of it is queued, delayed or in flight.
+local function tenant_done(t, n)
   local tk = tenant_key(t)
-  if redis.call('HINCRBY', tk, 'n', -1) <= 0 and redis.call('DEL', tk) == 1 then
+  if redis.call('HINCRBY', tk, 'n', -(n or 1)) <= 0 and redis.call('DEL', tk) == 1 then
     count_stat('tenants', -1)
   end
 end
@@ -350,32 +350,94 @@ local function parse_lease(member)
   return string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)|')
 end
 
+-- Commands that take many members, in chunks: Lua's unpack() is bounded (~8,000 values),
+-- and a caller may hand over any number of leases.
+local CHUNK = 1000
+local function call_many(command, key, members, extra)
+  local out = {}
+  for first = 1, #members, CHUNK do
+    local part = {}
+    for i = first, math.min(first + CHUNK - 1, #members) do part[#part + 1] = members[i] end
+    local got = redis.call(command, key, unpack(part))
+    if type(got) == 'table' then
+      for _, value in ipairs(got) do out[#out + 1] = value end
+    end
+  end
+  return out
+end
+
+-- Counts by key, in the order keys first came (so what a script does with them next is
+-- the same on every run).
+local function tally()
+  return {order = {}, by = {}}
+end
+local function add(counts, key, by)
+  if not counts.by[key] then
+    counts.order[#counts.order + 1] = key
+    counts.by[key] = 0
+  end
+  counts.by[key] = counts.by[key] + by
+end
+
 -- Record a lease. The slot is the lease: counts change only together with the leases
--- set, in the same script, so they cannot drift from it.
+-- set, in the same script, so they cannot drift from it. Inside a pick (ENDPOINTS set),
+-- the lease and the endpoint's in-flight count are written once for the whole pick
+-- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32.
+local PENDING_LEASES = {}
+local BUSY_DIRTY = tally()
 local function grant(id, t, e, k, deadline, worker)
   local seq = next_seq()
   local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
-  redis.call('ZADD', K_LEASES, deadline, member)
-  redis.call('ZINCRBY', K_BUSY, 1, e)
+  PENDING_LEASES[#PENDING_LEASES + 1] = deadline
+  PENDING_LEASES[#PENDING_LEASES + 1] = member
   if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', 1) end
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then
     known.busy = known.busy + 1
     if k == 'r' then known.ri = known.ri + 1 end
+    add(BUSY_DIRTY, e, 1)
+  else
+    redis.call('ZINCRBY', K_BUSY, 1, e)
   end
   count_queued(t, k, -1)
   return member
 end
 
--- Give back a lease's slot on endpoint e (a lane of kind k).
-local function free_slot(e, k)
-  if tonumber(redis.call('ZINCRBY', K_BUSY, -1, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
-  if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', -1) end
+-- Write what grant() held back: before anything reads the leases or in-flight counts.
+local function flush_grants()
+  for first = 1, #PENDING_LEASES, 2 * CHUNK do
+    local part = {}
+    for i = first, math.min(first + 2 * CHUNK - 1, #PENDING_LEASES) do
+      part[#part + 1] = PENDING_LEASES[i]
+    end
+    redis.call('ZADD', K_LEASES, unpack(part))
+  end
+  PENDING_LEASES = {}
+  if #BUSY_DIRTY.order > 0 then
+    local scored = {}
+    for _, e in ipairs(BUSY_DIRTY.order) do
+      scored[#scored + 1] = ENDPOINTS[e].busy
+      scored[#scored + 1] = e
+    end
+    redis.call('ZADD', K_BUSY, unpack(scored))
+    BUSY_DIRTY = tally()
+  end
+end
+
+-- Give back `n` lease slots on endpoint e, `r` of them retries'.
+local function free_slots(e, n, r)
+  if tonumber(redis.call('ZINCRBY', K_BUSY, -n, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
+  if r > 0 then redis.call('HINCRBY', endpoint_key(e), 'ri', -r) end
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then
-    known.busy = known.busy - 1
-    if k == 'r' then known.ri = known.ri - 1 end
+    known.busy = known.busy - n
+    known.ri = known.ri - r
   end
+end
+local function free_slot(e, k)
+  local r = 0
+  if k == 'r' then r = 1 end
+  free_slots(e, 1, r)
 end
 
 -- Drop a lease and its slot, unless answered.lua freed the slot already (then the 5th
@@ -423,6 +485,26 @@ local function fill(e)
   local woken = 0
   if free > 0 then woken = unpark(e, 'f', math.min(free, tok)) end
   if rfree > 0 then woken = woken + unpark(e, 'r', math.min(rfree, tok)) end
+  return woken
+end
+
+-- fill() for each of `endpoints`, after one EXISTS over all their park sets: acks and
+-- answers free slots on endpoints that mostly have nothing parked.
+local function fill_each(endpoints)
+  local parks = {}
+  for _, e in ipairs(endpoints) do
+    parks[#parks + 1] = park_key(e, 'f')
+    parks[#parks + 1] = park_key(e, 'r')
+  end
+  local any = false
+  for first = 1, #parks, CHUNK do
+    local part = {}
+    for i = first, math.min(first + CHUNK - 1, #parks) do part[#part + 1] = parks[i] end
+    if redis.call('EXISTS', unpack(part)) > 0 then any = true end
+  end
+  if not any then return 0 end
+  local woken = 0
+  for _, e in ipairs(endpoints) do woken = woken + fill(e) end
   return woken
 end
 

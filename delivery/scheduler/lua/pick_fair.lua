@@ -31,10 +31,203 @@ local function choose_kind(credit, rotations)
   return nil, false
 end
 
+-- A pick's turns are the only writer of the keys below until it ends, so it reads each
+-- once, keeps it in these tables and writes it back once (see docs/SCHEDULER.md,
+-- "Batched within a pick"): a tenant's row, its rotations' lengths and heads, the turn
+-- order's first few tenants, and the lanes it pops. The rare paths that let other code
+-- read or change them (a tenant asleep for its rate) write everything back first.
+
+-- The turn order (vt): a window of its first WINDOW tenants, ordered as the ZSET orders
+-- them (score, then member). A tenant whose new score falls past the window's last drops
+-- out of it; an empty window is read again after the held writes are made.
+local WINDOW = max_items + 1
+local vt_window, vt_at, vt_whole, vt_valid = {}, 1, false, false
+local vt_writes = tally() -- tenant -> new score, or false to leave vt
+local function vt_flush()
+  local adds, gone = {}, {}
+  for _, t in ipairs(vt_writes.order) do
+    local score = vt_writes.by[t]
+    if score then
+      adds[#adds + 1] = score
+      adds[#adds + 1] = t
+    else
+      gone[#gone + 1] = t
+    end
+  end
+  if #gone > 0 then call_many('ZREM', K_VT, gone) end
+  for first = 1, #adds, 2 * CHUNK do
+    local part = {}
+    for i = first, math.min(first + 2 * CHUNK - 1, #adds) do part[#part + 1] = adds[i] end
+    redis.call('ZADD', K_VT, unpack(part))
+  end
+  vt_writes = tally()
+end
+local function vt_first()
+  if not vt_valid or (vt_at > #vt_window and not vt_whole) then
+    vt_flush()
+    local rows = redis.call('ZRANGE', K_VT, 0, WINDOW - 1, 'WITHSCORES')
+    vt_window, vt_at = {}, 1
+    for i = 1, #rows, 2 do vt_window[#vt_window + 1] = {rows[i], tonumber(rows[i + 1])} end
+    vt_whole = #vt_window < WINDOW
+    vt_valid = true
+  end
+  return vt_window[vt_at]
+end
+local function vt_before(t, score, other)
+  return score < other[2] or (score == other[2] and t < other[1])
+end
+-- The first tenant's turn ended: it leaves the order (score false) or moves to `score`,
+-- found by binary search (a moved tenant mostly goes far back, where inserting is cheap).
+local function vt_move_first(t, score)
+  vt_window[vt_at] = false
+  vt_at = vt_at + 1
+  if vt_writes.by[t] == nil then vt_writes.order[#vt_writes.order + 1] = t end
+  vt_writes.by[t] = score
+  if not score then return end
+  local size = #vt_window
+  if vt_at > size then
+    if vt_whole then vt_window[size + 1] = {t, score} end
+    return
+  end
+  if not vt_whole and not vt_before(t, score, vt_window[size]) then return end
+  local low, high = vt_at, size + 1
+  while low < high do
+    local mid = math.floor((low + high) / 2)
+    if vt_before(t, score, vt_window[mid]) then high = mid else low = mid + 1 end
+  end
+  table.insert(vt_window, low, {t, score})
+end
+
+-- Rotations: length and head, read when first needed.
+local rot_cache = {}
+local function rot_state(key)
+  local state = rot_cache[key]
+  if not state then
+    state = {len = redis.call('LLEN', key)}
+    rot_cache[key] = state
+  end
+  return state
+end
+local function rot_head(key)
+  local state = rot_state(key)
+  if not state.head then state.head = redis.call('LINDEX', key, 0) end
+  return state.head
+end
 -- The lane at the head of rotation `rot` (kind k) leaves it.
 local function leave(rotations, rot, k)
   redis.call('LPOP', rot)
   rotations[k] = rotations[k] - 1
+  local state = rot_state(rot)
+  state.len = state.len - 1
+  state.head = nil
+end
+
+-- Tenants' rows: weight and rate as read, counts held (written back by write_held).
+local tenant_rows = {}
+local function tenant_row(t)
+  local row = tenant_rows[t]
+  if row then return row end
+  local tk = tenant_key(t)
+  local read = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c', 'f', 'r')
+  -- The row is also what hold() keeps: write_held writes back only the counts bumped.
+  row = {
+    w = num(read[1]), u = num(read[2]), rr = num(read[3]),
+    c = num(read[4]), f = num(read[5]), r = num(read[6]),
+  }
+  HELD[tk] = {value = row, changed = {}}
+  tenant_rows[t] = row
+  return row
+end
+local function write_tenants()
+  write_held()
+  for t, row in pairs(tenant_rows) do
+    if row.u_changed then
+      if row.u > 0 then
+        redis.call('HSET', tenant_key(t), 'u', row.u)
+      else
+        redis.call('HDEL', tenant_key(t), 'u')
+      end
+    end
+  end
+  tenant_rows = {}
+end
+
+-- Lanes: a lane's first pop in a pick takes one id and reads the next (its new head, and
+-- whether it has more), as a single pop always did. A lane popped again in the same pick
+-- (one tenant's backlog, a flood) pops the rest of the pick's room at once; what is left
+-- over goes back to its head at the end (write_lanes), and each lane's head and its
+-- tenant's age are updated then, once per pick.
+local lanes, lane_order = {}, {}
+local NONE = {} -- no ids popped ahead (shared: never written)
+local function pop(t, e, k, room)
+  local key = lane_key(t, e, k)
+  local lane = lanes[key]
+  local id
+  if not lane then
+    id = redis.call('LPOP', key)
+    lane = {key = key, t = t, e = e, k = k, first = id, ids = NONE, at = 1, ended = false}
+    lanes[key] = lane
+    lane_order[#lane_order + 1] = lane
+  elseif lane.at <= #lane.ids then
+    id = lane.ids[lane.at]
+    lane.at = lane.at + 1
+  else
+    local count = math.max(1, room) + 1
+    lane.ids = redis.call('LPOP', key, count) or {}
+    lane.ended = #lane.ids < count
+    id = lane.ids[1]
+    lane.at = 2
+  end
+  if lane.at <= #lane.ids then return id, true end
+  if lane.ended then return id, false end
+  lane.peek = redis.call('LINDEX', key, 0)
+  lane.ended = not lane.peek
+  return id, lane.peek ~= false
+end
+-- A lane's head once the pick is over (false: empty).
+local function lane_head(lane)
+  if lane.at <= #lane.ids then return lane.ids[lane.at] end
+  if lane.ended then return false end
+  return lane.peek
+end
+local function write_lanes()
+  local tenants = tally() -- tenant -> the oldest head (time prefix) its changed lanes had
+  local changed_lanes = {}
+  for _, lane in ipairs(lane_order) do
+    local head = lane_head(lane)
+    if lane.at <= #lane.ids then
+      local left = {}
+      for i = #lane.ids, lane.at, -1 do left[#left + 1] = lane.ids[i] end
+      call_many('LPUSH', lane.key, left)
+    end
+    local was = string.sub(lane.first, 1, 10) -- the lane's head time when the pick began
+    if not (head and string.sub(head, 1, 10) == was) then
+      local member = lane.e .. ':' .. lane.k
+      if head then
+        redis.call('ZADD', head_key(lane.t), ulid_ms(head), member)
+      else
+        redis.call('ZREM', head_key(lane.t), member)
+      end
+      -- A ULID's time prefix orders as its time does: the oldest head popped, uncoded.
+      local oldest = tenants.by[lane.t]
+      if not oldest then tenants.order[#tenants.order + 1] = lane.t end
+      if not oldest or was < oldest then tenants.by[lane.t] = was end
+      changed_lanes[lane.t .. ':' .. member] = true
+    end
+  end
+  -- A tenant's age is its oldest lane head's: unchanged when a lane this pick left alone
+  -- was at least as old as everything it popped.
+  for _, t in ipairs(tenants.order) do
+    local first = redis.call('ZRANGE', head_key(t), 0, 0, 'WITHSCORES')
+    local stays = first[1] and not changed_lanes[t .. ':' .. first[1]]
+      and tonumber(first[2]) <= ulid_ms(tenants.by[t])
+    if not stays and first[1] then
+      redis.call('ZADD', K_AGE, first[2], t)
+    elseif not stays then
+      redis.call('ZREM', K_AGE, t)
+    end
+  end
+  lanes, lane_order = {}, {}
 end
 
 local out = {}
@@ -45,37 +238,36 @@ local budget = 2 * max_items + 16
 local deferred, waited = 0, 0
 while #out < max_items and budget > 0 do
   budget = budget - 1
-  local top = redis.call('ZRANGE', K_VT, 0, 0, 'WITHSCORES')
-  if not top[1] then break end
-  local t, score = top[1], tonumber(top[2])
+  local top = vt_first()
+  if not top then break end
+  local t, score = top[1], top[2]
   if score > v then v = score end
   local tk = tenant_key(t)
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
-  local row = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c', 'f', 'r')
-  local credit = num(row[4])
-  local weight = num(row[1])
+  local row = tenant_row(t)
+  local counts = row -- its c, f and r are held (bumped by grant and below)
+  local weight = row.w
   if t == FALLBACK then weight = fallback_weight end
   if weight < 1 then weight = 1 end
   -- A full turn (turn_size deliveries) advances the tenant by 1/weight: weight w gets
   -- w turns per lap of the others' one.
   local step = 1 / (weight * turn_size)
-  local used = num(row[2])
+  local used = row.u
   local n = used
   -- The tenant's own rate: each dispatch takes one of its tokens.
-  local trate = num(row[3])
+  local trate = row.rr
   local ttok, tdue = HUGE, nil
   if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
-  -- The lengths of its rotations, read once per turn: only this loop changes them until
-  -- the turn ends, so it keeps count instead of asking Redis at every step. Nothing of a
-  -- kind queued means no lane of it, so no rotation either (most tenants have no retries).
+  -- The lengths of its rotations. Nothing of a kind queued means no lane of it, so no
+  -- rotation either (most tenants have no retries).
   local rotations = {f = 0, r = 0}
-  if num(row[5]) > 0 then rotations.f = redis.call('LLEN', rot_key(t, 'f')) end
-  if num(row[6]) > 0 then rotations.r = redis.call('LLEN', rot_key(t, 'r')) end
+  if counts.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
+  if counts.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
-    local k, both = choose_kind(credit, rotations)
+    local k, both = choose_kind(counts.c, rotations)
     if not k then break end
     local rot = rot_key(t, k)
-    local e = redis.call('LINDEX', rot, 0)
+    local e = rot_head(rot)
     local free, tok, due, rate, hold = capacity(e, k)
     if free <= 0 or tok <= 0 then
       -- Endpoint full, or no token yet (its rate or a pause): no lease, no attempt. Park
@@ -90,8 +282,7 @@ while #out < max_items and budget > 0 do
       end
       budget = budget - 1
     else
-      local id = redis.call('LPOP', lane_key(t, e, k))
-      local more = note_head(t, e, k, id)
+      local id, more = pop(t, e, k, max_items - #out - 1)
       out[#out + 1] = grant(id, t, e, k, deadline, worker)
       n = n + 1
       local next_due = nil
@@ -103,8 +294,7 @@ while #out < max_items and budget > 0 do
       if both then
         local delta = share
         if k == 'r' then delta = share - PPM end
-        credit = credit + delta
-        redis.call('HINCRBY', tk, 'c', delta)
+        bump(tk, 'c', delta)
       end
       -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
       -- its endpoint or took its last token (cheaper than discovering it next turn), else
@@ -123,31 +313,44 @@ while #out < max_items and budget > 0 do
         waited = waited + 1
       else
         -- (A rotation of one lane is its own back already.)
-        if rotations[k] > 1 then redis.call('LMOVE', rot, rot, 'LEFT', 'RIGHT') end
+        if rotations[k] > 1 then
+          redis.call('LMOVE', rot, rot, 'LEFT', 'RIGHT')
+          rot_state(rot).head = nil
+        end
       end
     end
   end
   local rotating = rotations.f + rotations.r > 0
-  if not rotating then
-    redis.call('ZREM', K_VT, t)
-  else
-    local keep = score
-    if n >= turn_size then
-      keep = score + n * step
-    elseif n > used then
-      redis.call('HSET', tk, 'u', n) -- keeps its score: still first in line
-    end
-    if ttok <= 0 then
-      -- Out of tokens: leave the turn order until the next is due; others get its turns.
-      rates().tenant_sleep(t, keep, tdue)
-      waited = waited + 1
-    elseif n >= turn_size then
-      redis.call('ZADD', K_VT, keep, t)
-    end
+  local keep = score
+  if n >= turn_size then keep = score + n * step end
+  if rotating and n < turn_size and n > used then
+    row.u = n -- keeps its score: still first in line
+    row.u_changed = true
   end
-  if used > 0 and (n >= turn_size or not rotating) then redis.call('HDEL', tk, 'u') end
+  if used > 0 and (n >= turn_size or not rotating) then
+    row.u = 0
+    row.u_changed = true
+  end
+  if not rotating then
+    vt_move_first(t, false)
+  elseif ttok <= 0 then
+    -- Out of tokens: leave the turn order until the next is due; others get its turns.
+    -- That un-parks lanes of other tenants and may bring tenants back into the order, so
+    -- everything held back is written first and read again after.
+    vt_move_first(t, false)
+    vt_flush()
+    rates().tenant_sleep(t, keep, tdue)
+    vt_valid, rot_cache = false, {}
+    waited = waited + 1
+  elseif n >= turn_size then
+    vt_move_first(t, keep)
+  end
 end
 
+vt_flush()
+write_lanes()
+write_tenants()
+flush_grants()
 ENDPOINTS = nil
 STATS_SET.V = v
 count_stat('deferrals', deferred)

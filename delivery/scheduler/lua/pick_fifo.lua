@@ -41,6 +41,7 @@ while #out < max_items and budget > 0 do
   end
 end
 
+flush_grants()
 count_stat('deferrals', deferred)
 count_stat('rate_waits', waited)
 -- Came back short having looked at the whole line: nothing else is ready, say so.
