@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import quote
 
+import redis
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
@@ -325,6 +326,7 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
         attempted, recorded = _record_one_by_one(attempted, held)
     # Acks are counted by outcome in Redis (the /metrics counters): one call per outcome.
     acks: dict[str, list[Lease]] = {}
+    retries: list[tuple[Lease, float]] = []
     for item in finished:
         if item.sent is None:
             acks.setdefault("held" if item.held is not None else "stale", []).append(item.lease)
@@ -333,14 +335,28 @@ def settle(finished: Sequence[Finished], scheduler: Scheduler) -> list[str]:
             outcome.status == Delivery.Status.RETRY_SCHEDULED
             and outcome.next_attempt_at is not None
         ):
-            scheduler.retry_later(item.lease, outcome.next_attempt_at.timestamp())
+            retries.append((item.lease, outcome.next_attempt_at.timestamp()))
         else:
             acks.setdefault(outcome.status, []).append(item.lease)
         if outcome.status != Delivery.Status.DELIVERED:
             reason = item.sent.decision.reason
             logger.info("delivery %s: %s (%s)", item.lease.delivery_id, outcome.status, reason)
-    for outcome_name, leases in acks.items():
-        scheduler.ack(leases, outcome=outcome_name)
+    # The group's retries in one round trip (a retry storm is mostly retries), then its
+    # acks by outcome. Each is tried even when one before it failed (a scheduler shard
+    # down): a lease not released expires and comes back, so the less of that the better.
+    calls = [lambda: scheduler.retry_later_many(retries)]
+    calls += [
+        lambda name=name, leases=leases: scheduler.ack(leases, outcome=name)
+        for name, leases in acks.items()
+    ]
+    failure: Exception | None = None
+    for call in calls:
+        try:
+            call()
+        except redis.RedisError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
     return [outcome.status for outcome in recorded]
 
 

@@ -179,7 +179,15 @@ class Scheduler:
     def retry_later(self, lease: Lease, due_at: float) -> bool:
         """Free the slot and hold the delivery until due_at, when it enters its tenant's
         retry lane. False if the lease was lost already (nothing was changed)."""
-        return bool(self._run("retry_later", _member(lease), repr(float(due_at))))
+        return self.retry_later_many([(lease, due_at)])[0]
+
+    def retry_later_many(self, retries: Sequence[tuple[Lease, float]]) -> list[bool]:
+        """retry_later for each (lease, due_at), in one round trip; in order, False for a
+        lease that was lost already."""
+        if not retries:
+            return []
+        args = [value for lease, due in retries for value in (_member(lease), repr(float(due)))]
+        return [bool(done) for done in self._run("retry_later", *args)]
 
     def promote(self, delivery_id: str, tenant_id: int | None, endpoint_id: int) -> bool:
         """Retry now: a delivery held until its retry time enters its tenant's retry lane

@@ -163,6 +163,19 @@ class ShardedScheduler:
     def retry_later(self, lease: Lease, due_at: float) -> bool:
         return self.shard_for(lease.endpoint_id).retry_later(lease, due_at)
 
+    def retry_later_many(self, retries: Sequence[tuple[Lease, float]]) -> list[bool]:
+        """One round trip per shard; in the order given. ShardsUnavailable.pending holds
+        the (lease, due_at) pairs whose shard failed (the others are done)."""
+        groups = self._grouped(retries, lambda pair: pair[0].endpoint_id)
+        done: dict[str, bool] = {}
+
+        def call(shard: Scheduler, group: list[tuple[Lease, float]]) -> None:
+            for (lease, _), result in zip(group, shard.retry_later_many(group), strict=True):
+                done[lease.delivery_id] = result
+
+        self._each(groups, call)
+        return [done[lease.delivery_id] for lease, _ in retries]
+
     def promote(self, delivery_id: str, tenant_id: int | None, endpoint_id: int) -> bool:
         return self.shard_for(endpoint_id).promote(delivery_id, tenant_id, endpoint_id)
 

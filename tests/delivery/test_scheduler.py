@@ -312,6 +312,33 @@ def test_retry_later_waits_in_the_delayed_set_then_enters_the_retry_lane(schedul
     assert sched.retry_later(lease, due_at=clock.now) is False  # the old lease is spent
 
 
+def test_retry_later_many_holds_each_until_due_in_one_call_and_reports_lost_leases(
+    scheduler_conn,
+):
+    clock = FakeClock()
+    sched = Scheduler(scheduler_conn, clock=clock)
+    sched.enqueue(batch(1, 1, 2) + batch(2, 2, 1))
+    first, second, third = sched.pick("w", 3).leases
+    sched.ack([second])  # its lease is spent: nothing of it may change
+
+    done = sched.retry_later_many(
+        [(first, clock.now + 10), (second, clock.now + 10), (third, clock.now + 20)]
+    )
+
+    assert done == [True, False, True]
+    snapshot = sched.snapshot()
+    assert (snapshot.in_flight, snapshot.delayed_depth) == (0, 2)
+    clock.advance(11)
+    (retried,) = sched.pick("w", 3).leases
+    assert retried.delivery_id == first.delivery_id
+    sched.ack([retried])
+    clock.advance(10)
+    (last,) = sched.pick("w", 3).leases
+    assert (last.delivery_id, last.lane) == (third.delivery_id, "retry")
+    assert sched.retry_later_many([]) == []
+    check_invariants(sched)
+
+
 def test_retries_get_at_least_their_minimum_share_while_fresh_is_backlogged(scheduler_conn):
     sched = Scheduler(scheduler_conn, retry_min_share=0.2)
     sched.enqueue(batch(1, 1, 400, max_in_flight=100, retry_max_in_flight=100))

@@ -115,6 +115,23 @@ def test_acks_retries_renewals_and_answers_go_to_each_leases_shard(scheduler_con
     assert sched.snapshot().in_flight == 1
 
 
+def test_retries_of_many_shards_go_one_call_per_shard_in_the_order_given(scheduler_conn):
+    sched = sharded(scheduler_conn, lease_seconds=30)
+    work = [i for index in range(SHARDS) for i in batch(1, endpoints_on(index, 1)[0], 1)]
+    sched.enqueue(work)
+    leases = drain_once(sched, SHARDS)
+    sched.ack(leases[1:2])  # spent: reported as lost, in its place
+
+    done = sched.retry_later_many([(lease, 0) for lease in reversed(leases)])
+
+    assert done == [True] * (SHARDS - 2) + [False, True]
+    again = sched.pick("w", SHARDS).leases
+    assert sorted(lease.delivery_id for lease in again) == sorted(
+        lease.delivery_id for lease in leases if lease != leases[1]
+    )
+    assert {lease.lane for lease in again} == {"retry"}
+
+
 def drain_once(sched: ShardedScheduler, n: int):
     leases = sched.pick("w", n).leases
     assert len(leases) == n

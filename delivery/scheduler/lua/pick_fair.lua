@@ -79,10 +79,15 @@ end
 -- The first tenant's turn ended: it leaves the order (score false) or moves to `score`,
 -- found by binary search (a moved tenant mostly goes far back, where inserting is cheap).
 local function vt_move_first(t, score)
-  vt_window[vt_at] = false
-  vt_at = vt_at + 1
   if vt_writes.by[t] == nil then vt_writes.order[#vt_writes.order + 1] = t end
   vt_writes.by[t] = score
+  local next_one = vt_window[vt_at + 1]
+  if score and ((next_one and vt_before(t, score, next_one)) or (not next_one and vt_whole)) then
+    vt_window[vt_at][2] = score -- still first (a flood's tenant alone, a heavy weight)
+    return
+  end
+  vt_window[vt_at] = false
+  vt_at = vt_at + 1
   if not score then return end
   local size = #vt_window
   if vt_at > size then
@@ -232,6 +237,9 @@ end
 
 local out = {}
 local v = vtime()
+-- The tenant of the last turn, with what its turns need: a tenant that stays first (a
+-- flood's, alone in the order) takes turn after turn without setting them up again.
+local last_t, tk, rotations = nil, nil, nil
 -- Bounds the work of one call: every iteration dispatches, parks one lane or puts one
 -- tenant to sleep.
 local budget = 2 * max_items + 16
@@ -242,7 +250,6 @@ while #out < max_items and budget > 0 do
   if not top then break end
   local t, score = top[1], top[2]
   if score > v then v = score end
-  local tk = tenant_key(t)
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
   local row = tenant_row(t)
   local counts = row -- its c, f and r are held (bumped by grant and below)
@@ -258,11 +265,14 @@ while #out < max_items and budget > 0 do
   local trate = row.rr
   local ttok, tdue = HUGE, nil
   if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
-  -- The lengths of its rotations. Nothing of a kind queued means no lane of it, so no
-  -- rotation either (most tenants have no retries).
-  local rotations = {f = 0, r = 0}
-  if counts.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
-  if counts.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
+  -- The lengths of its rotations, which only its own turns change until the pick ends.
+  -- Nothing of a kind queued means no lane of it, so no rotation either (most tenants
+  -- have no retries).
+  if t ~= last_t then
+    last_t, tk, rotations = t, tenant_key(t), {f = 0, r = 0}
+    if counts.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
+    if counts.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
+  end
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
     local k, both = choose_kind(counts.c, rotations)
     if not k then break end
@@ -301,6 +311,9 @@ while #out < max_items and budget > 0 do
       -- goes to the back.
       if not more then
         leave(rotations, rot, k)
+        -- Its last token went to a lane that is now empty: lanes of other tenants parked
+        -- on e for a token wake when the next one is due, not only at a lease's end.
+        if tok <= 1 and next_due then rates().await_token(e, next_due) end
       elseif free <= 1 then
         -- Work is left waiting for this endpoint's cap: that is a deferral too.
         leave(rotations, rot, k)
@@ -340,7 +353,7 @@ while #out < max_items and budget > 0 do
     vt_move_first(t, false)
     vt_flush()
     rates().tenant_sleep(t, keep, tdue)
-    vt_valid, rot_cache = false, {}
+    vt_valid, rot_cache, last_t = false, {}, nil
     waited = waited + 1
   elseif n >= turn_size then
     vt_move_first(t, keep)

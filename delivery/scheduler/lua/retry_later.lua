@@ -1,12 +1,26 @@
--- retry_later.lua: the attempt failed; free the slot and hold the delivery in the
+-- retry_later.lua: these attempts failed; free each slot and hold each delivery in the
 -- delayed set until due, when a pick moves it into its tenant's retry lane.
--- ARGV[4] lease member, ARGV[5] due (epoch seconds). Returns 1, or 0 if the lease was lost.
-local id, t, e = release(ARGV[4])
-if not id then return 0 end
-redis.call('ZADD', K_DELAYED, tonumber(ARGV[5]), id .. '|' .. t .. '|' .. e .. '|r')
-redis.call('HINCRBY', tenant_key(t), 'd', 1)
-count_stat('out:retry', 1)
+-- ARGV[4..] pairs: lease member, due (epoch seconds). Returns for each pair 1, or 0 if
+-- the lease was lost. One call for a settled group's retries: a retry storm (a
+-- destination down, every attempt failing) costs one script call per group, not per
+-- delivery.
+local done, freed = {}, {}
+local retried = 0
+for i = 4, #ARGV, 2 do
+  local id, t, e = release(ARGV[i])
+  if id then
+    redis.call('ZADD', K_DELAYED, tonumber(ARGV[i + 1]), id .. '|' .. t .. '|' .. e .. '|r')
+    redis.call('HINCRBY', tenant_key(t), 'd', 1)
+    retried = retried + 1
+    if freed[#freed] ~= e then freed[#freed + 1] = e end
+    done[#done + 1] = 1
+  else
+    done[#done + 1] = 0
+  end
+end
+if retried == 0 then return done end
+count_stat('out:retry', retried)
 local woken = 1 -- a sleeper re-reads when the next delayed delivery is due
-if MODE == 'fair' then woken = woken + fill(e) end
+if MODE == 'fair' then woken = woken + fill_each(freed) end
 wake(woken)
-return 1
+return done
