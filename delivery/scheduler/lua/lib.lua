@@ -250,9 +250,10 @@ end
 -- tenant's oldest-work score (O(log lanes), no scan of the tenant's lanes).
 -- Returns whether the lane still holds anything. `popped`: the head that just left, if
 -- that was the change; a new head enqueued in the same millisecond changes no score.
-local function note_head(t, e, k, popped)
+-- `head`: the lane's head if the caller read it already (false: the lane is empty).
+local function note_head(t, e, k, popped, head)
   local hk = head_key(t)
-  local head = redis.call('LINDEX', lane_key(t, e, k), 0)
+  if head == nil then head = redis.call('LINDEX', lane_key(t, e, k), 0) end
   if head and popped and string.sub(head, 1, 10) == string.sub(popped, 1, 10) then
     return true
   end
@@ -382,10 +383,12 @@ end
 -- Record a lease. The slot is the lease: counts change only together with the leases
 -- set, in the same script, so they cannot drift from it. Inside a pick (ENDPOINTS set),
 -- the lease and the endpoint's in-flight count are written once for the whole pick
--- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32.
+-- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32. `row`: the
+-- tenant's row as pick_fair.lua keeps it; its queued count goes down here, and the pick
+-- writes it back.
 local PENDING_LEASES = {}
-local BUSY_DIRTY = tally()
-local function grant(id, t, e, k, deadline, worker)
+local BUSY_DIRTY = {} -- endpoints whose in-flight count a pick changed (ENDPOINTS has it)
+local function grant(id, t, e, k, deadline, worker, row)
   local seq = next_seq()
   local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
   PENDING_LEASES[#PENDING_LEASES + 1] = deadline
@@ -395,11 +398,24 @@ local function grant(id, t, e, k, deadline, worker)
   if known then
     known.busy = known.busy + 1
     if k == 'r' then known.ri = known.ri + 1 end
-    add(BUSY_DIRTY, e, 1)
+    if not known.dirty then
+      known.dirty = true
+      BUSY_DIRTY[#BUSY_DIRTY + 1] = e
+    end
   else
     redis.call('ZINCRBY', K_BUSY, 1, e)
   end
-  count_queued(t, k, -1)
+  if row then -- the pick's copy of the tenant's row, written back once (pick_fair.lua)
+    row[k] = row[k] - 1
+    if not row.dirty then
+      row.dirty = k -- the one field changed so far
+    elseif row.dirty ~= k then
+      row.dirty = 'all'
+    end
+    count_stat(k, -1)
+  else
+    count_queued(t, k, -1)
+  end
   return member
 end
 
@@ -413,14 +429,16 @@ local function flush_grants()
     redis.call('ZADD', K_LEASES, unpack(part))
   end
   PENDING_LEASES = {}
-  if #BUSY_DIRTY.order > 0 then
+  if #BUSY_DIRTY > 0 then
     local scored = {}
-    for _, e in ipairs(BUSY_DIRTY.order) do
-      scored[#scored + 1] = ENDPOINTS[e].busy
+    for _, e in ipairs(BUSY_DIRTY) do
+      local known = ENDPOINTS[e]
+      scored[#scored + 1] = known.busy
       scored[#scored + 1] = e
+      known.dirty = false
     end
     redis.call('ZADD', K_BUSY, unpack(scored))
-    BUSY_DIRTY = tally()
+    BUSY_DIRTY = {}
   end
 end
 

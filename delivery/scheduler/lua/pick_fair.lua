@@ -127,53 +127,71 @@ local function leave(rotations, rot, k)
   state.head = nil
 end
 
--- Tenants' rows: weight and rate as read, counts held (written back by write_held).
+-- Tenants' rows, read once per pick: weight, rate, and the counts this pick changes
+-- (queued f and r, retry credit c, the used part of a turn u), kept in the row and
+-- written back with one HSET when the pick moves on to another tenant (write_row): a
+-- flood's tenant, turn after turn, costs one write per pick, any other tenant one per
+-- turn, as a count per lease did.
 local tenant_rows = {}
 local function tenant_row(t)
   local row = tenant_rows[t]
   if row then return row end
-  local tk = tenant_key(t)
-  local read = redis.call('HMGET', tk, 'w', 'u', 'rr', 'c', 'f', 'r')
-  -- The row is also what hold() keeps: write_held writes back only the counts bumped.
+  local read = redis.call('HMGET', tenant_key(t), 'w', 'u', 'rr', 'c', 'f', 'r')
   row = {
     w = num(read[1]), u = num(read[2]), rr = num(read[3]),
-    c = num(read[4]), f = num(read[5]), r = num(read[6]),
+    c = num(read[4]), f = num(read[5]), r = num(read[6]), dirty = false, u_changed = false,
   }
-  HELD[tk] = {value = row, changed = {}}
   tenant_rows[t] = row
   return row
 end
-local function write_tenants()
-  write_held()
-  for t, row in pairs(tenant_rows) do
-    if row.u_changed then
-      if row.u > 0 then
-        redis.call('HSET', tenant_key(t), 'u', row.u)
-      else
-        redis.call('HDEL', tenant_key(t), 'u')
-      end
+local function write_row(t, row)
+  if row.dirty then
+    -- Mostly one field (a turn of fresh work): HSET of just that one.
+    if row.dirty == 'f' or row.dirty == 'r' then
+      redis.call('HSET', tenant_key(t), row.dirty, row[row.dirty])
+    else
+      redis.call('HSET', tenant_key(t), 'f', row.f, 'r', row.r, 'c', row.c)
     end
+    row.dirty = false
   end
-  tenant_rows = {}
+  if row.u_changed then
+    if row.u > 0 then
+      redis.call('HSET', tenant_key(t), 'u', row.u)
+    else
+      redis.call('HDEL', tenant_key(t), 'u')
+    end
+    row.u_changed = false
+  end
 end
 
 -- Lanes: a lane's first pop in a pick takes one id and reads the next (its new head, and
 -- whether it has more), as a single pop always did. A lane popped again in the same pick
 -- (one tenant's backlog, a flood) pops the rest of the pick's room at once; what is left
--- over goes back to its head at the end (write_lanes), and each lane's head and its
+-- over goes back to its head at the end (write_lanes), and that lane's head and its
 -- tenant's age are updated then, once per pick.
 local lanes, lane_order = {}, {}
 local NONE = {} -- no ids popped ahead (shared: never written)
 local function pop(t, e, k, room)
   local key = lane_key(t, e, k)
   local lane = lanes[key]
-  local id
   if not lane then
-    id = redis.call('LPOP', key)
-    lane = {key = key, t = t, e = e, k = k, first = id, ids = NONE, at = 1, ended = false}
+    -- The common case, a lane popped once per pick: its new head is read and its scores
+    -- updated at once, with no record kept (a table per lane costs more than it saves).
+    local id = redis.call('LPOP', key)
+    local head = redis.call('LINDEX', key, 0)
+    note_head(t, e, k, id, head)
+    lanes[key] = true
+    return id, head ~= false
+  end
+  if lane == true then
+    -- Popped again in this pick: from now on it pops ahead and settles at the end. Its
+    -- head's time is the one the first pop recorded.
+    lane = {key = key, t = t, e = e, k = k, ids = NONE, at = 1, ended = false}
     lanes[key] = lane
     lane_order[#lane_order + 1] = lane
-  elseif lane.at <= #lane.ids then
+  end
+  local id
+  if lane.at <= #lane.ids then
     id = lane.ids[lane.at]
     lane.at = lane.at + 1
   else
@@ -183,6 +201,7 @@ local function pop(t, e, k, room)
     id = lane.ids[1]
     lane.at = 2
   end
+  if not lane.first then lane.first = id end
   if lane.at <= #lane.ids then return id, true end
   if lane.ended then return id, false end
   lane.peek = redis.call('LINDEX', key, 0)
@@ -239,7 +258,7 @@ local out = {}
 local v = vtime()
 -- The tenant of the last turn, with what its turns need: a tenant that stays first (a
 -- flood's, alone in the order) takes turn after turn without setting them up again.
-local last_t, tk, rotations = nil, nil, nil
+local last_t, last_row, tk, rotations = nil, nil, nil, nil
 -- Bounds the work of one call: every iteration dispatches, parks one lane or puts one
 -- tenant to sleep.
 local budget = 2 * max_items + 16
@@ -252,7 +271,6 @@ while #out < max_items and budget > 0 do
   if score > v then v = score end
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
   local row = tenant_row(t)
-  local counts = row -- its c, f and r are held (bumped by grant and below)
   local weight = row.w
   if t == FALLBACK then weight = fallback_weight end
   if weight < 1 then weight = 1 end
@@ -269,12 +287,13 @@ while #out < max_items and budget > 0 do
   -- Nothing of a kind queued means no lane of it, so no rotation either (most tenants
   -- have no retries).
   if t ~= last_t then
-    last_t, tk, rotations = t, tenant_key(t), {f = 0, r = 0}
-    if counts.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
-    if counts.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
+    if last_row then write_row(last_t, last_row) end
+    last_t, last_row, tk, rotations = t, row, tenant_key(t), {f = 0, r = 0}
+    if row.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
+    if row.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
   end
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
-    local k, both = choose_kind(counts.c, rotations)
+    local k, both = choose_kind(row.c, rotations)
     if not k then break end
     local rot = rot_key(t, k)
     local e = rot_head(rot)
@@ -293,7 +312,7 @@ while #out < max_items and budget > 0 do
       budget = budget - 1
     else
       local id, more = pop(t, e, k, max_items - #out - 1)
-      out[#out + 1] = grant(id, t, e, k, deadline, worker)
+      out[#out + 1] = grant(id, t, e, k, deadline, worker, row)
       n = n + 1
       local next_due = nil
       if rate > 0 then next_due = rates().take('e' .. e, rate, hold) end
@@ -304,7 +323,8 @@ while #out < max_items and budget > 0 do
       if both then
         local delta = share
         if k == 'r' then delta = share - PPM end
-        bump(tk, 'c', delta)
+        row.c = row.c + delta
+        row.dirty = 'all'
       end
       -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
       -- its endpoint or took its last token (cheaper than discovering it next turn), else
@@ -352,8 +372,9 @@ while #out < max_items and budget > 0 do
     -- everything held back is written first and read again after.
     vt_move_first(t, false)
     vt_flush()
+    write_row(t, row)
     rates().tenant_sleep(t, keep, tdue)
-    vt_valid, rot_cache, last_t = false, {}, nil
+    vt_valid, rot_cache, last_t, last_row = false, {}, nil, nil
     waited = waited + 1
   elseif n >= turn_size then
     vt_move_first(t, keep)
@@ -362,7 +383,7 @@ end
 
 vt_flush()
 write_lanes()
-write_tenants()
+if last_row then write_row(last_t, last_row) end
 flush_grants()
 ENDPOINTS = nil
 STATS_SET.V = v
