@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core import plain_insert, plain_select
+from core import plain_insert, plain_instances, plain_select
 from core.ids import new_ulid, ulid_time_ms
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
@@ -156,15 +156,18 @@ def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Deliver
     # A delivery's id carries its event's time, not its own: on PostgreSQL it then lives
     # in its event's day partition, and the day's partitions are dropped together
     # (delivery.partitions). Its own time is `enqueued_at`.
+    # core.plain_instances: Delivery(**fields) was a sixth of a publish batch's CPU.
     event_ms = ulid_time_ms(event.id)
+    tenant = event.tenant
     return [
-        Delivery(
-            id=new_ulid(event_ms),
-            event=event,
-            endpoint=endpoint,
-            tenant=event.tenant,
-            # A disabled endpoint's work is held, not dropped: it resumes when re-enabled.
-            status=Delivery.Status.PENDING if endpoint.enabled else Delivery.Status.HELD,
+        plain_instances.new(
+            Delivery,
+            {
+                "id": new_ulid(event_ms),
+                # A disabled endpoint's work is held, not dropped: it resumes when re-enabled.
+                "status": Delivery.Status.PENDING if endpoint.enabled else Delivery.Status.HELD,
+            },
+            {"event": event, "endpoint": endpoint, "tenant": tenant},
         )
         for endpoint in endpoints
     ]
@@ -186,15 +189,17 @@ class EventFields(TypedDict):
 def _new_event(fields: EventFields) -> Event:
     tenant = fields["tenant"]
     reason = fields.get("fallback_reason", "")
-    return Event(
-        source=fields["source"],
-        tenant=tenant,
-        event_type=fields["event_type"],
-        headers=fields["headers"],
-        content_type=fields["content_type"],
-        payload=fields["payload"],
-        idempotency_key=fields["idempotency_key"],
-        fallback_reason=reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
+    return plain_instances.new(
+        Event,
+        {
+            "event_type": fields["event_type"],
+            "headers": fields["headers"],
+            "content_type": fields["content_type"],
+            "payload": fields["payload"],
+            "idempotency_key": fields["idempotency_key"],
+            "fallback_reason": reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
+        },
+        {"source": fields["source"], "tenant": tenant},
     )
 
 
