@@ -300,6 +300,14 @@ _LOOKUP_CHUNK = 500  # keys per query: well within every database's parameter li
 
 def _stored_events(identities: set[tuple]) -> dict[tuple, Event]:
     """The events already stored under these (kind, scope pk, key) identities."""
+    if connection.vendor == "postgresql":
+        # Pair by pair (ingest.idempotency.stored_ids): the query below let PostgreSQL's
+        # planner read every row of the batch's tenants. The events found, if any, by pk.
+        ids = idempotency.stored_ids(identities)
+        if not ids:
+            return {}
+        events = Event.objects.select_related("tenant").in_bulk(set(ids.values()))
+        return {identity: events[pk] for identity, pk in ids.items()}
     found: dict[tuple, Event] = {}
     for kind, field in (("source", "source_id"), ("tenant", "tenant_id")):
         pairs = sorted((pk, key) for one_kind, pk, key in identities if one_kind == kind)
