@@ -10,8 +10,11 @@ as a second guard. On SQLite (and unpartitioned PostgreSQL) the table's own uniq
 constraints do it all and the lock is not taken; `stored_ids` serves any PostgreSQL.
 """
 
+import time
+
 from django.db import connection
 
+from core.ids import ulid_floor
 from delivery import partitions
 from webhooks.models import Event
 
@@ -60,8 +63,13 @@ _STORED = (
     "SELECT k.scope, k.key, e.id FROM unnest(%s::bigint[], %s::text[]) AS k(scope, key)"
     " CROSS JOIN LATERAL (SELECT e.id FROM {table} e WHERE e.{column} = k.scope"
     " AND e.idempotency_key = k.key AND e.idempotency_key IS NOT NULL AND {condition}"
-    " LIMIT 1) e"
+    " AND e.id < %s LIMIT 1) e"
 )
+# The days ahead (delivery.partitions makes them a week early) hold no event yet: an id
+# is its event's time, and no clock here is a day fast. Bounding the id lets PostgreSQL
+# leave those partitions out when it plans: a single key's look-up planned 0.33 ms with
+# every partition and 0.05 ms without the empty ones.
+_AHEAD_MS = 86_400_000
 _KINDS = (
     ("source", "source_id", "e.source_id IS NOT NULL"),
     ("tenant", "tenant_id", "e.source_id IS NULL"),
@@ -73,6 +81,7 @@ def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
     identities (as accept's unique constraints scope them)."""
     found: dict[tuple, str] = {}
     table = connection.ops.quote_name(Event._meta.db_table)
+    bound = ulid_floor(int(time.time() * 1000) + _AHEAD_MS)
     with connection.cursor() as cursor:
         for kind, column, condition in _KINDS:
             pairs = [(scope, key) for one_kind, scope, key in identities if one_kind == kind]
@@ -80,7 +89,8 @@ def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
                 continue
             # Identifiers from model metadata and constants; every value is a parameter.
             sql = _STORED.format(table=table, column=column, condition=condition)
-            cursor.execute(sql, [[scope for scope, _ in pairs], [key for _, key in pairs]])
+            scopes, keys = [scope for scope, _ in pairs], [key for _, key in pairs]
+            cursor.execute(sql, [scopes, keys, bound])
             for scope, key, pk in cursor.fetchall():
                 found[(kind, scope, key)] = pk
     return found
