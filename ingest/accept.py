@@ -232,7 +232,7 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
                 earlier = _stored_events({identity}).get(identity)
                 if earlier is not None:
                     return Accepted(earlier, created=False, deliveries=0)
-                _write(inserts, counted)
+                _write(inserts, counted, own_transaction=True)
                 enqueue_on_commit(deliveries)
         else:
             _write(inserts, counted)
@@ -257,17 +257,25 @@ def _fallback_update(source: Source) -> tuple[str, list]:
     )
 
 
-def _write(inserts: list[plain_insert.Prepared], fallback_of: Source | None) -> None:
+def _write(
+    inserts: list[plain_insert.Prepared],
+    fallback_of: Source | None,
+    *,
+    own_transaction: bool = False,
+) -> None:
     """The event, its deliveries and the source's fallback count, all or nothing.
 
     On PostgreSQL outside a transaction this is one statement in autocommit: committed
     when it returns, so the enqueue (on commit, hence at once) and the 202 still come
     after the commit, for one round trip instead of four (BEGIN, two INSERTs, COMMIT).
     Inside a caller's transaction the same statement runs under a savepoint, so that a
-    duplicate key leaves that transaction usable for the look-up of the earlier event."""
+    duplicate key leaves that transaction usable for the look-up of the earlier event.
+    `own_transaction`: the transaction (or savepoint) around is `_store`'s own, and a
+    duplicate key leaves it anyway; a savepoint of our own would only add two round
+    trips (SAVEPOINT, RELEASE) to every keyed event on partitioned PostgreSQL."""
     also = [_fallback_update(fallback_of)] if fallback_of is not None else []
     statement = plain_insert.as_one_statement(inserts, also)
-    if statement is not None and not connection.in_atomic_block:
+    if statement is not None and (own_transaction or not connection.in_atomic_block):
         plain_insert.execute_one_statement(inserts, statement)
         return
     with transaction.atomic():

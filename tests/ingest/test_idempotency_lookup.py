@@ -14,7 +14,7 @@ from core import plain_insert, plain_instances
 from core.ids import new_ulid
 from delivery import partitions
 from ingest import idempotency
-from ingest.accept import accept_many
+from ingest.accept import accept, accept_many
 from tests.factories import make_endpoint, make_tenant
 from webhooks.models import Event
 
@@ -90,3 +90,17 @@ def _partitions() -> list[str]:
 
 def _fields(tenant, key: str) -> dict:
     return {"event_type": "order.created", "payload": b"{}", "idempotency_key": key}
+
+
+def test_a_keyed_event_is_written_without_a_savepoint_of_its_own() -> None:
+    """Its lock, look-up and write share `_store`'s transaction (here a savepoint: the
+    test runs in one); the write adds no SAVEPOINT and RELEASE of its own."""
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    with CaptureQueriesContext(connection) as queries:
+        first = accept(**_published(tenant, "k-1"))
+        again = accept(**_published(tenant, "k-1"))
+    assert (first.created, again.created, again.event.pk) == (True, False, first.event.pk)
+    savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 2, savepoints  # one per accept: _store's own atomic
+    assert Event.objects.filter(idempotency_key="k-1").count() == 1
