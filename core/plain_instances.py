@@ -2,7 +2,7 @@
 
 A 500-event publish batch builds 500 Events and their Deliveries before its INSERT;
 `Model(**fields)` took 8-11 µs each (keyword matching, a descriptor per foreign key, a
-get_default() call per field left out, the init signals): about a quarter of the batch's
+get_default() call per field left out, the init signals): about a sixth of the batch's
 Python CPU once the INSERT itself went through core.plain_insert. Here the defaults are
 worked out once per model (a callable default, such as a ULID or the time, is still
 called for every instance), and an instance is its attribute dictionary, set in one

@@ -58,7 +58,7 @@ def lock(identities: list[tuple]) -> None:
 # a flood (a day's new partition always starts so): 50 ms per 500-event batch at 90,000
 # rows, and growing with them. A plain join of the pairs still let it hash the whole day
 # when it believed the day nearly empty; LATERAL with LIMIT 1 leaves it no plan but a
-# probe per pair, ~4 ms per 500 keys whatever the day holds (docs/BENCHMARKS.md).
+# probe per pair, ~3 ms per 500 keys whatever the day holds (docs/BENCHMARKS.md).
 _STORED = (
     "SELECT k.scope, k.key, e.id FROM unnest(%s::bigint[], %s::text[]) AS k(scope, key)"
     " CROSS JOIN LATERAL (SELECT e.id FROM {table} e WHERE e.{column} = k.scope"
