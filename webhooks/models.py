@@ -124,10 +124,12 @@ class Event(models.Model):
     source = models.ForeignKey(
         Source, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
     )
+    # No index of its own: event_tenant_recent_idx and event_tenant_type_idx lead with it.
     tenant = models.ForeignKey(
         Tenant,
         null=True,
         blank=True,
+        db_index=False,
         on_delete=models.PROTECT,
         related_name="events",
         help_text="Empty: the key was missing and the event went to the fallback lane.",

@@ -1,0 +1,106 @@
+"""ingest.idempotency.stored_ids on PostgreSQL: a published event's key stored on another
+day is still a repeat (answered with that event, its tenant loaded), and a batch's
+look-up probes the unique index pair by pair, however many events the day holds and
+whatever the statistics say (they lag behind a flood; here no ANALYZE has run)."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from core import plain_insert, plain_instances
+from core.ids import new_ulid
+from delivery import partitions
+from ingest import idempotency
+from ingest.accept import accept, accept_many
+from tests.factories import make_endpoint, make_tenant
+from webhooks.models import Event
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's partitions"),
+]
+
+
+def _published(tenant, key: str) -> dict:
+    return {
+        "source": None,
+        "tenant": tenant,
+        "event_type": "order.created",
+        "headers": {},
+        "content_type": "application/json",
+        "payload": b"{}",
+        "idempotency_key": key,
+    }
+
+
+def test_a_published_key_stored_days_ago_is_a_repeat_with_its_tenant(
+    django_assert_num_queries,
+) -> None:
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    made = timezone.now() - timedelta(days=3)
+    first = Event.objects.create(
+        id=new_ulid(int(made.timestamp() * 1000)),
+        tenant=tenant,
+        payload=b"{}",
+        idempotency_key="k-1",
+        received_at=made,
+    )
+    batch = accept_many([_published(tenant, "k-1"), _published(tenant, "k-2")])
+    assert [(one.created, one.event.pk == first.pk) for one in batch] == [
+        (False, True),
+        (True, False),
+    ]
+    with django_assert_num_queries(0):
+        assert batch[0].event.tenant.key == tenant.key
+    assert Event.objects.filter(idempotency_key="k-1").count() == 1
+
+
+def test_a_batch_look_up_probes_the_key_index_pair_by_pair() -> None:
+    tenants = [make_tenant(f"shop-{n}.example") for n in range(3)]
+    stored = [
+        plain_instances.new(Event, _fields(tenants[n % 3], f"old-{n}"), {"tenant": tenants[n % 3]})
+        for n in range(20000)
+    ]
+    plain_insert.execute([plain_insert.prepare(stored)])
+    identities = {("tenant", tenants[n % 3].pk, f"new-{n}") for n in range(500)}
+    identities.add(("tenant", tenants[1].pk, "old-1"))
+    with CaptureQueriesContext(connection) as queries:
+        found = idempotency.stored_ids(identities)
+    assert found == {("tenant", tenants[1].pk, "old-1"): stored[1].pk}
+    (query,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {query['sql']}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on webhooks_event" not in plan and "Hash" not in plan, plan
+    assert "Index Cond: ((tenant_id = k.scope) AND ((idempotency_key)::text = k.key))" in plan, plan
+    # The days ahead hold no event yet: left out when planning, not probed.
+    in_three_days = timezone.now().date() + timedelta(days=3)
+    assert f"webhooks_event_p{in_three_days:%Y%m%d}" in _partitions(), _partitions()
+    assert f"webhooks_event_p{in_three_days:%Y%m%d}" not in plan, plan
+    assert f"webhooks_event_p{timezone.now().date():%Y%m%d}" in plan, plan
+
+
+def _partitions() -> list[str]:
+    return [one.name for one in partitions.partitions(partitions.EVENT)]
+
+
+def _fields(tenant, key: str) -> dict:
+    return {"event_type": "order.created", "payload": b"{}", "idempotency_key": key}
+
+
+def test_a_keyed_event_is_written_without_a_savepoint_of_its_own() -> None:
+    """Its lock, look-up and write share `_store`'s transaction (here a savepoint: the
+    test runs in one); the write adds no SAVEPOINT and RELEASE of its own."""
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    with CaptureQueriesContext(connection) as queries:
+        first = accept(**_published(tenant, "k-1"))
+        again = accept(**_published(tenant, "k-1"))
+    assert (first.created, again.created, again.event.pk) == (True, False, first.event.pk)
+    savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 2, savepoints  # one per accept: _store's own atomic
+    assert Event.objects.filter(idempotency_key="k-1").count() == 1
