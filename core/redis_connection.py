@@ -7,7 +7,7 @@ One client per URL means one connection pool per process, whichever app asks fir
 any layer may use them, so none of them reaches up into the scheduler's package for a socket.
 """
 
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -30,6 +30,16 @@ CLUSTER_RETRIES = 2
 
 Client = redis.Redis | RedisCluster
 _clients: dict[str, Client] = {}
+
+
+def without_password(url: str) -> str:
+    """`url` fit to print: a password before the `@` (of any of these URLs) is masked."""
+    parts = urlsplit(url)
+    credentials, at, hosts = parts.netloc.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    user = credentials.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hosts}"))
 
 
 def is_cluster_url(url: str) -> bool:

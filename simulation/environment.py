@@ -140,6 +140,20 @@ def child_env(database_url: str, redis_url: str, workdir: Path, **extra: str) ->
     }
 
 
+# With --scheduler-redis-url the schedule lives on a Redis the simulation does not own:
+# its keys get hash tags of their own (SCHEDULER_SHARD), far from a deployment's 0, 1, ...
+SCHEDULE_TAG_BASE = 7100
+
+
+def schedule_env(options: dict) -> dict[str, str]:
+    """The settings that put a run's schedule on --scheduler-redis-url, if given (every
+    process of the run needs them: the publisher's enqueue and the workers' picks)."""
+    url = options.get("scheduler_redis_url")
+    if not url:
+        return {}
+    return {"SCHEDULER_REDIS_URL": url, "SCHEDULER_SHARD": str(SCHEDULE_TAG_BASE)}
+
+
 class Workers:
     """`manage.py rqworker default maintenance` processes: the real delivery workers (or,
     with other `args`, any rqworker: the benchmarks also start plain RQ workers)."""

@@ -19,7 +19,9 @@ from django.test import override_settings
 from delivery.engine import UNRECORDED_AHEAD
 from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
-from simulation.environment import RedisDatabase, Workers, child_env
+from delivery.scheduler import Scheduler
+from delivery.scheduler.sharded import ShardedScheduler
+from simulation.environment import RedisDatabase, Workers, child_env, schedule_env
 from simulation.receiver import Receiver
 from simulation.report import SPLIT, Observed, summarize
 from simulation.scenarios import BUILDERS, RunSpec, Setup
@@ -98,6 +100,8 @@ def execute(
         reset_scheduler()  # the publisher's enqueue must use the workers' mode and shards
         _empty_database()
         redis_db.flush()
+        if options.get("scheduler_redis_url"):
+            claim_schedule(get_scheduler())
         get_scheduler().start_epoch()  # else the sweeper takes the empty db for a lost schedule
         receiver.reset()
         setup = BUILDERS[scenario](spec, receiver, options)
@@ -113,6 +117,23 @@ def execute(
             reset_scheduler()
 
 
+def claim_schedule(scheduler: Scheduler | ShardedScheduler) -> None:
+    """Empty the run's schedule on --scheduler-redis-url, a Redis the simulation does not
+    own: only its own shards' keys, and only a shard the simulation wrote before (its
+    marker) or that holds nothing; else refuse rather than delete somebody's schedule."""
+    shards = scheduler.shards if isinstance(scheduler, ShardedScheduler) else [scheduler]
+    for shard in shards:
+        marker = f"wh-simulate:{{{shard.shard}}}"  # the shard's hash tag: its slot
+        held = shard.connection.exists(shard.keys.stats, shard.keys.epoch, shard.keys.vt)
+        if held and not shard.connection.exists(marker):
+            raise RuntimeError(
+                f"the schedule Redis holds a schedule under {shard.keys.prefix} that the "
+                "simulation did not write; refusing to clear it"
+            )
+        shard.connection.set(marker, "1")
+        shard.clear()
+
+
 def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dict[str, str]:
     """The settings a run's workers get on top of the simulation's stores: the same
     mode and shards as the publisher in this process, else they would pick from keys
@@ -121,6 +142,7 @@ def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dic
         "SCHEDULER_MODE": spec.mode,
         "SCHEDULER_SHARDS": str(spec.shards),
         "DELIVERY_CONCURRENCY": str(options["slots"]),
+        **schedule_env(options),
         **setup.worker_env,
     }
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from simulation.environment import child_env
+from core import redis_connection
+from simulation.environment import SCHEDULE_TAG_BASE, child_env, schedule_env
 from simulation.report import FIGURES
 from simulation.runner import worker_settings
 from simulation.scenarios import Setup, runs_for
@@ -56,6 +57,85 @@ def test_flood_compare_reports_both_schedulers_and_draws_them(tmp_path: Path) ->
         assert run["deliveries_per_s"] > 0
     assert [goal["goal"] for goal in figures["goals"]] == [">= 100", ">= 0.9"]
     assert plot.read_text().startswith("<svg") and "fifo, quiet tenants" in plot.read_text()
+
+
+@pytest.mark.slow
+def test_a_flood_runs_with_its_schedule_sharded_on_a_redis_cluster(
+    tmp_path: Path, redis_cluster
+) -> None:
+    redis_cluster.flush()
+    figures = simulate(
+        "flood",
+        *("--shards", "3", "--scheduler-redis-url", redis_cluster.url),
+        *("--loud-events", "300", "--quiet-tenants", "5", "--quiet-events", "2"),
+        *("--seconds", "0.5", "--quiet-seconds", "1"),
+        tmp_path=tmp_path,
+    )
+    assert figures["runs"]["fair"]["delivered"] == 310
+    # The schedule was on the cluster, under the simulation's own tags, one per shard.
+    client = redis_connection.connect(redis_cluster.url)
+    tags = [SCHEDULE_TAG_BASE + i for i in range(3)]
+    assert all(client.exists(f"wh-simulate:{{{tag}}}") for tag in tags)
+    assert client.exists(*(f"wh:{{{tag}}}:epoch:2" for tag in tags)) == 3
+
+
+def test_a_schedule_the_simulation_did_not_write_is_not_cleared(redis_conn, settings) -> None:
+    from delivery.enqueueing import get_scheduler, reset_scheduler
+    from simulation.runner import claim_schedule
+
+    settings.SCHEDULER_SHARD = SCHEDULE_TAG_BASE
+    settings.SCHEDULER_SHARDS = 2
+    reset_scheduler()
+    try:
+        scheduler = get_scheduler()
+        theirs = scheduler.shards[1]
+        theirs.start_epoch()  # somebody's schedule under the second tag
+        with pytest.raises(RuntimeError, match="did not write; refusing to clear it"):
+            claim_schedule(scheduler)
+        assert redis_conn.exists(theirs.keys.epoch)  # left alone
+        redis_conn.set(f"wh-simulate:{{{theirs.shard}}}", "1")  # the simulation's, after all
+        claim_schedule(scheduler)
+        assert not redis_conn.exists(theirs.keys.epoch)
+    finally:
+        reset_scheduler()
+
+
+def test_the_schedule_url_reaches_every_process_of_a_run(tmp_path: Path) -> None:
+    (fair,) = runs_for("flood", "fair", no_caps=False, compare=False, shards=3)
+    url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+    setup = Setup(plan=[], expected=0, worker_env={})
+    options = {"slots": 8, "scheduler_redis_url": url}
+    env = child_env("sqlite:///x", "redis://127.0.0.1:6379/12", tmp_path, **schedule_env(options))
+    workers = child_env(
+        "sqlite:///x",
+        "redis://127.0.0.1:6379/12",
+        tmp_path,
+        **worker_settings(fair, options, setup),
+    )
+    for one in (env, workers):
+        assert (one["SCHEDULER_REDIS_URL"], one["SCHEDULER_SHARD"]) == (url, str(SCHEDULE_TAG_BASE))
+    assert workers["SCHEDULER_SHARDS"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:6379", "must be a redis://, rediss://, unix:// or redis\\+cluster://"),
+        ("redis+cluster://nohost", "'nohost' in 'redis\\+cluster://nohost' is not host:port"),
+    ],
+)
+def test_a_bad_schedule_url_is_refused_before_anything_starts(url: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate", "flood", "--scheduler-redis-url", url)
+
+
+def test_a_schedule_urls_password_is_not_printed() -> None:
+    assert redis_connection.without_password("redis://:s3cret@h:1/0") == "redis://:***@h:1/0"
+    assert (
+        redis_connection.without_password("redis+cluster://u:p%40ss@a:1,b:2")
+        == "redis+cluster://u:***@a:1,b:2"
+    )
+    assert redis_connection.without_password("redis://h:1/0") == "redis://h:1/0"
 
 
 @pytest.mark.slow

@@ -15,11 +15,20 @@ import tempfile
 from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from simulation.environment import ROOT, RedisDatabase, child_env, prepare_database
+from core import redis_connection
+from simulation.environment import (
+    ROOT,
+    SCHEDULE_TAG_BASE,
+    RedisDatabase,
+    child_env,
+    prepare_database,
+    schedule_env,
+)
 from simulation.scenarios import DEFAULTS, SCENARIOS
 
 MAX_SHARDS = 64  # SCHEDULER_SHARDS' maximum in project/settings.py
@@ -100,6 +109,10 @@ class Command(BaseCommand):
             type=int,
             default=1,
             help="SCHEDULER_SHARDS of the fair runs: the schedule split by endpoint into this many shards on the simulation's Redis database (default 1; FIFO baselines stay one queue)",
+        )
+        runs.add_argument(
+            "--scheduler-redis-url",
+            help=f"every run's schedule on this Redis instead of the simulation's database: redis://host:port/db, or a Redis Cluster's seed nodes, redis+cluster://host:port,host:port. Its keys carry hash tags of the simulation's own (from {SCHEDULE_TAG_BASE}) and are cleared before each run; a tag holding a schedule the simulation did not write is refused",
         )
         runs.add_argument("--workers", type=int, help="worker processes (default 2)")
         runs.add_argument(
@@ -209,6 +222,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"simulate {options['scenario']}: Redis {redis_db.url}, database {database_url}"
                 + (f", fair runs on {options['shards']} shards" if options["shards"] > 1 else "")
+                + (
+                    f", schedule on {redis_connection.without_password(options['scheduler_redis_url'])}"
+                    if options["scheduler_redis_url"]
+                    else ""
+                )
             )
             env = child_env(
                 database_url,
@@ -217,6 +235,7 @@ class Command(BaseCommand):
                 SIMULATE_OPTIONS=json.dumps(options),
                 SIMULATE_WORKDIR=str(workdir),
                 SIMULATE_REDIS_TOKEN=redis_db.token,
+                **schedule_env(options),
             )
             code = _run_child(env)
             if code != 0:
@@ -271,7 +290,26 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     if raw["shards"] > 1 and options["scheduler"] != "fair":
         raise CommandError("--shards applies to the fair scheduler only")
     options["shards"] = raw["shards"]
+    options["scheduler_redis_url"] = _schedule_url(raw.get("scheduler_redis_url"))
     return options
+
+
+def _schedule_url(url: str | None) -> str | None:
+    """--scheduler-redis-url, checked: a clear error now, not a worker that dies later."""
+    if not url:
+        return None
+    if redis_connection.is_cluster_url(url):
+        try:
+            redis_connection.cluster_seeds(url)
+        except ValueError as exc:
+            raise CommandError(f"--scheduler-redis-url: {exc}") from exc
+        return url
+    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise CommandError(
+            "--scheduler-redis-url must be a redis://, rediss://, unix:// or "
+            f"{redis_connection.CLUSTER_SCHEME}:// URL, not {url!r}"
+        )
+    return url
 
 
 def _run_child(env: dict[str, str]) -> int:
