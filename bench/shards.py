@@ -15,6 +15,8 @@ tight caps on some, and a share of first attempts that fail once and are retried
 - `commands_per_delivery`: every command the server ran in that run (INFO commandstats
   delta, which counts the scripts' own redis.call()s as well as the EVALSHAs), divided
   the same way.
+- `redis_cpu_us_per_single_enqueue`: the server's CPU per enqueue call of one delivery,
+  what a single accepted event (a signed POST) costs the schedule at ingest.
 - `deliveries_per_s_by_shards`: S processes, each running the same loop on its own
   shard's keys (`wh:{N}:`) on the one server, all started together: deliveries finished
   per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
@@ -154,6 +156,20 @@ def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1)
         "commands_per_delivery": (calls1 - calls0) / done,
         "deliveries_per_s": done / seconds,
     }
+
+
+def single_enqueue_cost(conn: redis.Redis, n: int, tenants: int, seed: int) -> float:
+    """Server CPU (µs) per enqueue of one delivery per call: what each single accepted
+    event costs the schedule at ingest (the publish API batches; a signed POST does not)."""
+    work = mix(n, tenants, seed)
+    sched = Scheduler(conn, shard=0)
+    sched.clear()
+    cpu0, _ = server_counts(conn)
+    for item in work:
+        sched.enqueue([item])
+    cpu1, _ = server_counts(conn)
+    sched.clear()
+    return (cpu1 - cpu0) * 1e6 / n
 
 
 def _shard_loop(url: str, shard: int, n: int, tenants: int, seed: int, barrier) -> None:
@@ -298,6 +314,10 @@ def main() -> None:
                 cost(conn, args.deliveries, args.tenants, args.seed) for _ in range(args.rounds)
             ]
             results = medians(rounds)
+            results["redis_cpu_us_per_single_enqueue"] = statistics.median(
+                single_enqueue_cost(conn, min(args.deliveries, 5_000), args.tenants, args.seed)
+                for _ in range(args.rounds)
+            )
             if args.turn_size > 1:
                 results[f"turn_size_{args.turn_size}"] = cost(
                     conn, args.deliveries, args.tenants, args.seed, args.turn_size
