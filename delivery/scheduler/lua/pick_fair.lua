@@ -224,7 +224,7 @@ local function write_lanes()
       for i = #lane.ids, lane.at, -1 do left[#left + 1] = lane.ids[i] end
       call_many('LPUSH', lane.key, left)
     end
-    local was = string.sub(lane.first, 1, 10) -- the lane's head time when the pick began
+    local was = string.sub(lane.first, 1, 10) -- the time its head score holds (its first pop's)
     if not (head and string.sub(head, 1, 10) == was) then
       local member = lane.e .. ':' .. lane.k
       if head then
