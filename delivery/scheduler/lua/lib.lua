@@ -351,33 +351,31 @@ local function parse_lease(member)
   return string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)|')
 end
 
--- Commands that take many members, in chunks: Lua's unpack() is bounded (~8,000 values),
--- and a caller may hand over any number of leases.
+-- A command over any number of values, in chunks: Lua's unpack() is bounded (~8,000
+-- values), and a caller may hand over any number of leases. `key` leads each chunk (nil:
+-- the values are keys themselves, as for EXISTS); CHUNK is even, so score-member pairs
+-- stay whole. Returns the sum of the integer replies. No values: no command.
 local CHUNK = 1000
-local function call_many(command, key, members, extra)
-  local out = {}
-  for first = 1, #members, CHUNK do
+local function call_many(command, key, values)
+  local total = 0
+  for first = 1, #values, CHUNK do
     local part = {}
-    for i = first, math.min(first + CHUNK - 1, #members) do part[#part + 1] = members[i] end
-    local got = redis.call(command, key, unpack(part))
-    if type(got) == 'table' then
-      for _, value in ipairs(got) do out[#out + 1] = value end
+    for i = first, math.min(first + CHUNK - 1, #values) do part[#part + 1] = values[i] end
+    local got
+    if key then
+      got = redis.call(command, key, unpack(part))
+    else
+      got = redis.call(command, unpack(part))
     end
+    if type(got) == 'number' then total = total + got end
   end
-  return out
+  return total
 end
 
--- Counts by key, in the order keys first came (so what a script does with them next is
+-- Values by key, in the order keys first came (so what a script does with them next is
 -- the same on every run).
 local function tally()
   return {order = {}, by = {}}
-end
-local function add(counts, key, by)
-  if not counts.by[key] then
-    counts.order[#counts.order + 1] = key
-    counts.by[key] = 0
-  end
-  counts.by[key] = counts.by[key] + by
 end
 
 -- Record a lease. The slot is the lease: counts change only together with the leases
@@ -421,13 +419,7 @@ end
 
 -- Write what grant() held back: before anything reads the leases or in-flight counts.
 local function flush_grants()
-  for first = 1, #PENDING_LEASES, 2 * CHUNK do
-    local part = {}
-    for i = first, math.min(first + 2 * CHUNK - 1, #PENDING_LEASES) do
-      part[#part + 1] = PENDING_LEASES[i]
-    end
-    redis.call('ZADD', K_LEASES, unpack(part))
-  end
+  call_many('ZADD', K_LEASES, PENDING_LEASES)
   PENDING_LEASES = {}
   if #BUSY_DIRTY > 0 then
     local scored = {}
@@ -437,7 +429,7 @@ local function flush_grants()
       scored[#scored + 1] = e
       known.dirty = false
     end
-    redis.call('ZADD', K_BUSY, unpack(scored))
+    call_many('ZADD', K_BUSY, scored)
     BUSY_DIRTY = {}
   end
 end
@@ -514,13 +506,7 @@ local function fill_each(endpoints)
     parks[#parks + 1] = park_key(e, 'f')
     parks[#parks + 1] = park_key(e, 'r')
   end
-  local any = false
-  for first = 1, #parks, CHUNK do
-    local part = {}
-    for i = first, math.min(first + CHUNK - 1, #parks) do part[#part + 1] = parks[i] end
-    if redis.call('EXISTS', unpack(part)) > 0 then any = true end
-  end
-  if not any then return 0 end
+  if call_many('EXISTS', nil, parks) == 0 then return 0 end
   local woken = 0
   for _, e in ipairs(endpoints) do woken = woken + fill(e) end
   return woken

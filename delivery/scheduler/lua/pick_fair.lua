@@ -54,12 +54,8 @@ local function vt_flush()
       gone[#gone + 1] = t
     end
   end
-  if #gone > 0 then call_many('ZREM', K_VT, gone) end
-  for first = 1, #adds, 2 * CHUNK do
-    local part = {}
-    for i = first, math.min(first + 2 * CHUNK - 1, #adds) do part[#part + 1] = adds[i] end
-    redis.call('ZADD', K_VT, unpack(part))
-  end
+  call_many('ZREM', K_VT, gone)
+  call_many('ZADD', K_VT, adds)
   vt_writes = tally()
 end
 local function vt_first()
@@ -219,11 +215,9 @@ local function write_lanes()
   local changed_lanes = {}
   for _, lane in ipairs(lane_order) do
     local head = lane_head(lane)
-    if lane.at <= #lane.ids then
-      local left = {}
-      for i = #lane.ids, lane.at, -1 do left[#left + 1] = lane.ids[i] end
-      call_many('LPUSH', lane.key, left)
-    end
+    local left = {}
+    for i = #lane.ids, lane.at, -1 do left[#left + 1] = lane.ids[i] end
+    call_many('LPUSH', lane.key, left)
     local was = string.sub(lane.first, 1, 10) -- the time its head score holds (its first pop's)
     if not (head and string.sub(head, 1, 10) == was) then
       local member = lane.e .. ':' .. lane.k
