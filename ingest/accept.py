@@ -15,11 +15,12 @@ tenants' endpoints, a bulk insert of the events and one of the deliveries.
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from typing import NotRequired, TypedDict, Unpack
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
 from core import plain_insert, plain_instances, plain_select
 from core.ids import new_ulid, ulid_time_ms
@@ -30,7 +31,7 @@ from webhooks import key_hygiene
 from webhooks.fairness_key import KeyResult
 from webhooks.models import Event, Source, SourceSecret
 
-from . import idempotency
+from . import config_cache, idempotency
 
 TENANT_NAME_LENGTH = Tenant._meta.get_field("name").max_length
 FALLBACK_REASON_LENGTH = Event._meta.get_field("fallback_reason").max_length
@@ -64,14 +65,20 @@ def _sql(name: str) -> str:
             quote(model._meta.db_table)
             for model in (Source, SourceSecret, Endpoint, Tenant, Source.destinations.through)
         )
+        # The configuration's version in the same statement as the source (config_cache).
+        version = (
+            f"({config_cache.VERSION_SQL})" if connection.vendor in config_cache.VENDORS else "NULL"
+        )
         # Identifiers from model metadata, quoted; every value is a query parameter.
         statements = {
-            # The source with its unexpired secrets, newest first: one row per secret (one
-            # with a NULL secret when there is none), one round trip for both.
+            # The source with its secrets and their expiry, newest first: one row per
+            # secret (one with a NULL secret when there is none), one round trip for
+            # both. Expired ones are dropped per request (config_cache keeps them).
             "source": (
-                f"SELECT s.*, k.{quote('secret')} AS active_secret FROM {source} s"  # noqa: S608
+                f"SELECT s.*, k.{quote('secret')} AS secret_value,"  # noqa: S608
+                f" k.{quote('expires_at')} AS secret_expires_at, {version} AS config_version"
+                f" FROM {source} s"
                 f" LEFT JOIN {secret} k ON k.{quote('source_id')} = s.{quote('id')}"
-                f" AND (k.{quote('expires_at')} IS NULL OR k.{quote('expires_at')} > %s)"
                 f" WHERE s.{quote('slug')} = %s"
                 f" ORDER BY k.{quote('created_at')} DESC, k.{quote('id')} DESC"
             ),
@@ -90,28 +97,58 @@ def _sql(name: str) -> str:
     return statements[name]
 
 
-def load_source(slug: str) -> tuple[Source | None, list[str]]:
-    """The active source named `slug` and its unexpired secrets (newest first)."""
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    rows = [one for one in plain_select.fetch(Source, _sql("source"), [now, slug]) if one.is_active]
+_SECRET_EXPIRY = {"secret_expires_at": SourceSecret._meta.get_field("expires_at")}
+_UNCACHED = config_cache.Lookups(keep=False)  # every look-up reads the database
+
+
+_Secrets = list[tuple[str, datetime | None]]
+
+
+def _source_with_secrets(slug: str) -> tuple[tuple[Source, _Secrets] | None, int | None]:
+    """((source, its secrets with their expiry) or None, the configuration's version)."""
+    rows = plain_select.fetch(Source, _sql("source"), [slug], _SECRET_EXPIRY)
     if not rows:
+        # No row, no version: nothing is kept of an absence, and the next look-up that
+        # needs the version reads it.
+        return None, None
+    secrets = [(one.secret_value, one.secret_expires_at) for one in rows if one.secret_value]
+    return (rows[0], secrets), rows[0].config_version
+
+
+def load_source(
+    slug: str, lookups: config_cache.Lookups = _UNCACHED
+) -> tuple[Source | None, list[str]]:
+    """The active source named `slug` and its unexpired secrets (newest first)."""
+    found = lookups.source(slug, partial(_source_with_secrets, slug))
+    if found is None or not found[0].is_active:
         return None, []
-    return rows[0], [one.active_secret for one in rows if one.active_secret is not None]
+    source, secrets = found
+    return source, config_cache.unexpired(secrets)
 
 
-def source_destinations(source: Source) -> list[Endpoint]:
-    return plain_select.fetch(Endpoint, _sql("destinations"), [source.pk])
+def source_destinations(
+    source: Source, lookups: config_cache.Lookups = _UNCACHED
+) -> list[Endpoint]:
+    return lookups.endpoints(
+        "destinations",
+        source.pk,
+        partial(plain_select.fetch, Endpoint, _sql("destinations"), [source.pk]),
+    )
 
 
-def tenant_by_key(key: str) -> Tenant | None:
-    return next(iter(plain_select.fetch(Tenant, _sql("tenant"), [key])), None)
+def tenant_by_key(key: str, lookups: config_cache.Lookups = _UNCACHED) -> Tenant | None:
+    return lookups.tenant(
+        key, lambda: next(iter(plain_select.fetch(Tenant, _sql("tenant"), [key])), None)
+    )
 
 
-def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
+def resolve_tenant(
+    source: Source, key: KeyResult, lookups: config_cache.Lookups = _UNCACHED
+) -> tuple[Tenant | None, str]:
     """(tenant, fallback reason). Unknown keys register a tenant only if the source allows it."""
     if key.value is None:
         return None, key.missing_reason or "no fairness key configured"
-    tenant = tenant_by_key(key.value)
+    tenant = tenant_by_key(key.value, lookups)
     key_hygiene.note_key(source, key.value, known=tenant is not None)
     if tenant is not None:
         return tenant, ""
@@ -132,16 +169,23 @@ def resolve_tenant(source: Source, key: KeyResult) -> tuple[Tenant | None, str]:
 
 
 def destinations_for(
-    source: Source | None, tenant: Tenant | None, event_type: str
+    source: Source | None,
+    tenant: Tenant | None,
+    event_type: str,
+    lookups: config_cache.Lookups = _UNCACHED,
 ) -> list[Endpoint]:
     """Gateway mode: the source's destinations. Otherwise the tenant's matching endpoints."""
     if source is not None:
-        shared = source_destinations(source)
+        shared = source_destinations(source, lookups)
         if shared:
             return shared
     if tenant is None:
         return []
-    endpoints = plain_select.fetch(Endpoint, _sql("tenant_endpoints"), [tenant.pk])
+    endpoints = lookups.endpoints(
+        "tenant_endpoints",
+        tenant.pk,
+        partial(plain_select.fetch, Endpoint, _sql("tenant_endpoints"), [tenant.pk]),
+    )
     return [endpoint for endpoint in endpoints if endpoint.accepts(event_type)]
 
 
@@ -209,8 +253,9 @@ def accept(**fields: Unpack[EventFields]) -> Accepted:
 
 
 def accept_to(endpoints: list[Endpoint], **fields: Unpack[EventFields]) -> Accepted:
-    """`accept` to the given endpoints only, not the tenant's fan-out: a test event a
-    tenant sends to one endpoint. It still waits in the tenant's lane like any event."""
+    """`accept` to the given endpoints, looked up already: ingest's destinations (through
+    its kept look-ups), or a test event a tenant sends to one endpoint only. It still
+    waits in the tenant's lane like any event."""
     return _store(fields, endpoints)
 
 

@@ -21,8 +21,8 @@ from core.signatures import (
     standard_webhooks_key,
     verify_request,
 )
-from ingest import providers
-from ingest.accept import accept, load_source, resolve_tenant
+from ingest import config_cache, providers
+from ingest.accept import accept_to, destinations_for, load_source, resolve_tenant
 from ingest.body import BodyError, check_content_encoding, parse_body, read_limited
 from ingest.json_views import error, json_post_view
 from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
@@ -122,7 +122,9 @@ def _stored_headers(request: HttpRequest) -> dict[str, str]:
 
 @json_post_view
 def ingest(request: HttpRequest, slug: str, path: str = "") -> HttpResponse:
-    source, active_secrets = load_source(slug)
+    # The configuration's version (one query), then the look-ups kept under it.
+    lookups = config_cache.lookups()
+    source, active_secrets = load_source(slug, lookups)
     if source is None:
         return error(404, f"no active source named {slug!r}")
     try:
@@ -143,12 +145,14 @@ def ingest(request: HttpRequest, slug: str, path: str = "") -> HttpResponse:
     content_type = request.headers.get("Content-Type", "")
     parsed = parse_body(raw, content_type)
     tenant, fallback_reason = resolve_tenant(
-        source, _tenant_key(source, request, parsed.json, path)
+        source, _tenant_key(source, request, parsed.json, path), lookups
     )
-    accepted = accept(
+    event_type = providers.event_type(source.scheme, request.headers, parsed.json)
+    accepted = accept_to(
+        destinations_for(source, tenant, event_type, lookups),
         source=source,
         tenant=tenant,
-        event_type=providers.event_type(source.scheme, request.headers, parsed.json),
+        event_type=event_type,
         headers=_stored_headers(request),
         content_type=clean_text(content_type, CONTENT_TYPE_LENGTH) or "application/octet-stream",
         payload=raw,
