@@ -7,7 +7,8 @@ anything. Per source and per window (AUTO_REGISTER_WINDOW_SECONDS, an hour by de
 count:
 
 - distinct keys seen, and distinct keys that named no tenant (HyperLogLogs in Redis:
-  about 1% error, a few KB per bucket, one pipelined round trip per ingested event);
+  about 1% error, a few KB per bucket, one pipelined round trip per key new to this
+  process in the current bucket: see `note_key`);
 - tenants registered (the database: exact, and it survives a Redis loss).
 
 When a source's registrations in the window reach its limit (Source.auto_register_limit,
@@ -104,14 +105,42 @@ PAUSE_AFTER_ERROR_SECONDS = 5.0
 _paused_until: "WeakKeyDictionary[redis.Redis, float]" = WeakKeyDictionary()
 
 
+# What this process has counted in the current bucket: (source id, key, known). A
+# HyperLogLog does not change when a key it holds is added again, so a key counted once
+# in a bucket is not sent again: a flood from one shop then costs one PFADD per bucket,
+# not one round trip per event. Bounded; cleared at each new bucket. If Redis lost the
+# bucket meanwhile (a restart), a key is counted again only from the next bucket.
+MAX_REMEMBERED = 100_000
+_counted: tuple[int, set[tuple[int, str, bool]]] = (-1, set())
+
+
+def _remembered(bucket: int) -> set[tuple[int, str, bool]]:
+    global _counted
+    current, remembered = _counted
+    if current != bucket:
+        remembered = set()
+        _counted = (bucket, remembered)  # one assignment: threads see one or the other
+    return remembered
+
+
+def forget_counted() -> None:
+    """Forget what this process counted: the Redis database holding it was emptied."""
+    global _counted
+    _counted = (-1, set())
+
+
 def note_key(source: Source, key: str, *, known: bool) -> None:
     """Count `key` as seen at `source` (and as unknown unless it named a tenant)."""
-    connection = _connection()
-    if time.monotonic() < _paused_until.get(connection, 0.0):
-        return
     now = time.time()
     size = _bucket_seconds(window_seconds())
     bucket = int(now // size)
+    remembered = _remembered(bucket)
+    # An unknown key was counted as seen too; a known one needs only that.
+    if (source.pk, key, known) in remembered or (source.pk, key, False) in remembered:
+        return
+    connection = _connection()
+    if time.monotonic() < _paused_until.get(connection, 0.0):
+        return
     ttl = window_seconds() + size  # a bucket lives as long as some window still covers it
     try:
         pipe = connection.pipeline(transaction=False)
@@ -121,6 +150,9 @@ def note_key(source: Source, key: str, *, known: bool) -> None:
             pipe.pfadd(name, key)
             pipe.expire(name, ttl)
         pipe.execute()
+        if len(remembered) >= MAX_REMEMBERED:
+            remembered.clear()
+        remembered.add((source.pk, key, known))
     except redis.RedisError as exc:
         _paused_until[connection] = time.monotonic() + PAUSE_AFTER_ERROR_SECONDS
         logger.warning(

@@ -192,3 +192,31 @@ def test_changing_the_fairness_key_in_the_admin_resumes_auto_registration(client
     assert resumed.fairness_key == "body.shop.domain"
     assert resumed.auto_register_suspended_at is None
     assert resumed.auto_register_resumed_at is not None
+
+
+def _pfadds(redis_conn) -> int:
+    return redis_conn.info("commandstats").get("cmdstat_pfadd", {}).get("calls", 0)
+
+
+def test_a_key_counted_once_in_a_bucket_is_not_sent_again(client, source, redis_conn) -> None:
+    """A HyperLogLog ignores a key it holds: a flood from one known tenant costs one
+    round trip per bucket, not one per event, and the counts are the same."""
+    make_tenant("known")
+    redis_conn.config_resetstat()
+    for key in ("known", "known", "new-1", "new-1", "known", "new-1"):
+        post(client, key)
+    # known: SEEN once; new-1: SEEN + UNKNOWN as it registers, then known: nothing more
+    assert _pfadds(redis_conn) == 3
+    numbers = key_hygiene.counts([source])[source.pk]
+    assert (numbers.seen, numbers.unknown, numbers.registered) == (2, 1, 1)
+
+
+def test_a_new_bucket_counts_the_key_again(source, redis_conn, monkeypatch) -> None:
+    now = [1_000_000.0]
+    monkeypatch.setattr(key_hygiene.time, "time", lambda: now[0])
+    redis_conn.config_resetstat()
+    key_hygiene.note_key(source, "k", known=True)
+    key_hygiene.note_key(source, "k", known=True)
+    now[0] += key_hygiene._bucket_seconds(key_hygiene.window_seconds())
+    key_hygiene.note_key(source, "k", known=True)
+    assert _pfadds(redis_conn) == 2
