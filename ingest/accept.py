@@ -271,7 +271,13 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
     try:
         if identity is not None and idempotency.spans_partitions():
             # Keys are unique per day's partition only (ingest.idempotency): lock the
-            # key, look across the days, then write in the same transaction.
+            # key and look across the days in the write's own statement, or else (in a
+            # caller's transaction) before the write in the same transaction.
+            if not connection.in_atomic_block and _write(
+                inserts, counted, guard=idempotency.guard(identity, event.id)
+            ):
+                enqueue_on_commit(deliveries)
+                return Accepted(event, created=True, deliveries=len(deliveries))
             with transaction.atomic():
                 idempotency.lock([identity])
                 earlier = _stored_events({identity}).get(identity)
@@ -307,7 +313,8 @@ def _write(
     fallback_of: Source | None,
     *,
     own_transaction: bool = False,
-) -> None:
+    guard: tuple[str, list] | None = None,
+) -> bool:
     """The event, its deliveries and the source's fallback count, all or nothing.
 
     On PostgreSQL outside a transaction this is one statement in autocommit: committed
@@ -317,19 +324,27 @@ def _write(
     duplicate key leaves that transaction usable for the look-up of the earlier event.
     `own_transaction`: the transaction (or savepoint) around is `_store`'s own, and a
     duplicate key leaves it anyway; a savepoint of our own would only add two round
-    trips (SAVEPOINT, RELEASE) to every keyed event on partitioned PostgreSQL."""
+    trips (SAVEPOINT, RELEASE) to every keyed event on partitioned PostgreSQL.
+    `guard`: ingest.idempotency.guard's SELECT, run as the statement's main query
+    (outside a transaction only). Returns False, having written nothing, when it cannot
+    be one statement."""
     also = [_fallback_update(fallback_of)] if fallback_of is not None else []
+    if guard is not None:
+        also.append(guard)
     statement = plain_insert.as_one_statement(inserts, also)
     if statement is not None and (own_transaction or not connection.in_atomic_block):
         plain_insert.execute_one_statement(inserts, statement)
-        return
+        return True
+    if guard is not None:
+        return False
     with transaction.atomic():
         if statement is not None:
             plain_insert.execute_one_statement(inserts, statement)
-            return
+            return True
         plain_insert.execute(inserts)
         if fallback_of is not None:
             Source.objects.filter(pk=fallback_of.pk).update(fallback_count=F("fallback_count") + 1)
+    return True
 
 
 # --- batches ---------------------------------------------------------------------------------

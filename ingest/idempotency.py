@@ -5,7 +5,9 @@ partition enforces its own keys only, and a provider's retry that arrives the ne
 would not collide with the first copy. Where the partitions are in use, `accept` takes a
 transaction-level advisory lock on each key it is about to insert and looks across the
 partitions for an earlier event under the lock: a concurrent request with the same key
-waits for our commit and then finds our row. The per-partition unique indexes remain,
+waits for our commit and then finds our row. A single event does both inside its one
+write statement (`guard`, the function webhooks_key_guard); a batch does them in its
+transaction. The per-partition unique indexes remain,
 as a second guard. On SQLite (and unpartitioned PostgreSQL) the table's own unique
 constraints do it all and the lock is not taken; `stored_ids` serves any PostgreSQL.
 """
@@ -94,3 +96,16 @@ def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
             for scope, key, pk in cursor.fetchall():
                 found[(kind, scope, key)] = pk
     return found
+
+
+def guard(identity: tuple, own_id: str) -> tuple[str, list]:
+    """The lock and the look-up of `lock` and `stored_ids` for one key, as a SELECT to run
+    as the main query of the event's one write statement (plain_insert.as_one_statement).
+    It raises a unique violation when an earlier event holds the key, which rolls the
+    whole statement back (webhooks migration 0007 says why this is safe)."""
+    kind, scope, key = identity
+    bound = ulid_floor(int(time.time() * 1000) + _AHEAD_MS)
+    return (
+        "SELECT webhooks_key_guard(%s, %s, %s, %s, %s, %s)",
+        [identity_text(identity), kind == "source", scope, key, own_id, bound],
+    )

@@ -1,0 +1,110 @@
+"""A keyed event outside a transaction on partitioned PostgreSQL: the lock, the look-up
+across days and the write are ONE statement (webhooks_key_guard, webhooks migration 0007).
+A repeat stored days ago is still caught, and so is one a concurrent request commits
+while this one waits for the key's lock."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from core.ids import new_ulid
+from ingest import idempotency
+from ingest.accept import accept
+from tests.factories import make_endpoint, make_tenant
+from webhooks.models import Event
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's partitions"),
+]
+
+
+def _published(tenant, key: str) -> dict:
+    return {
+        "source": None,
+        "tenant": tenant,
+        "event_type": "order.created",
+        "headers": {},
+        "content_type": "application/json",
+        "payload": b"{}",
+        "idempotency_key": key,
+    }
+
+
+def _days_ago(tenant, key: str, days: int) -> Event:
+    made = timezone.now() - timedelta(days=days)
+    return Event.objects.create(
+        id=new_ulid(int(made.timestamp() * 1000)),
+        tenant=tenant,
+        payload=b"{}",
+        idempotency_key=key,
+        received_at=made,
+    )
+
+
+def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    assert idempotency.spans_partitions()
+    with CaptureQueriesContext(connection) as queries:
+        first = accept(**_published(tenant, "k-1"))
+    assert first.created
+    # The tenant's endpoints (accept looks them up), then the one statement: no BEGIN,
+    # lock, look-up or COMMIT of their own.
+    look_up, statement = [q["sql"] for q in queries.captured_queries]
+    assert "webhooks_key_guard" in statement and statement.startswith("WITH"), statement
+    assert first.event.deliveries.count() == 1
+
+
+def test_a_key_stored_days_ago_rolls_the_statement_back_and_answers_the_first() -> None:
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    earlier = _days_ago(tenant, "k-1", days=3)
+    again = accept(**_published(tenant, "k-1"))
+    assert (again.created, again.event.pk) == (False, earlier.pk)
+    assert Event.objects.filter(idempotency_key="k-1").count() == 1
+    assert not tenant.deliveries.exists()  # the statement's delivery went with its event
+
+
+def test_a_repeat_committed_while_waiting_for_the_lock_is_seen() -> None:
+    """Another request holds the key's lock with its event (yesterday's id: another day's
+    partition, so no unique index can catch it) not yet committed. Ours waits for the
+    lock, and its look-up, taken after the lock, sees that event once committed."""
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    identity = ("tenant", tenant.pk, "k-race")
+    holding, answered = threading.Event(), []
+
+    def other_request() -> None:
+        try:
+            with transaction.atomic():
+                idempotency.lock([identity])
+                _days_ago(tenant, "k-race", days=1)
+                holding.set()
+                # Ours is now blocked on the lock; commit only once it waits.
+                deadline = timezone.now() + timedelta(seconds=20)
+                while not _someone_waits_for_a_lock() and timezone.now() < deadline:
+                    threading.Event().wait(0.02)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=other_request)
+    other.start()
+    assert holding.wait(20)
+    answered.append(accept(**_published(tenant, "k-race")))
+    other.join(20)
+    (ours,) = answered
+    assert not ours.created
+    assert Event.objects.filter(idempotency_key="k-race").count() == 1
+
+
+def _someone_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        )
+        return cursor.fetchone()[0] > 0
