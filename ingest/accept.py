@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import partial
 from typing import NotRequired, TypedDict, Unpack
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from core import plain_insert, plain_instances, plain_select
@@ -252,14 +252,20 @@ def accept(**fields: Unpack[EventFields]) -> Accepted:
     return _store(fields, endpoints)
 
 
-def accept_to(endpoints: list[Endpoint], **fields: Unpack[EventFields]) -> Accepted:
+def accept_to(
+    endpoints: list[Endpoint], config_version: int | None = None, **fields: Unpack[EventFields]
+) -> Accepted:
     """`accept` to the given endpoints, looked up already: ingest's destinations (through
     its kept look-ups), or a test event a tenant sends to one endpoint only. It still
-    waits in the tenant's lane like any event."""
-    return _store(fields, endpoints)
+    waits in the tenant's lane like any event. `config_version`: the version of the
+    configuration the look-ups assumed; the write checks it and raises
+    config_cache.Stale, having written nothing, if it is another by then."""
+    return _store(fields, endpoints, config_version)
 
 
-def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
+def _store(
+    fields: EventFields, endpoints: list[Endpoint], config_version: int | None = None
+) -> Accepted:
     source, tenant, idempotency_key = fields["source"], fields["tenant"], fields["idempotency_key"]
     event = _new_event(fields)
     deliveries = _deliveries_for(event, endpoints)
@@ -268,16 +274,22 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
     inserts = [plain_insert.prepare([event]), plain_insert.prepare(deliveries)]
     counted = source if source is not None and tenant is None else None
     identity = _identity(fields)
+    checks = []
+    if config_version is not None:
+        checks.append(("webhooks_config_check(%s)", [config_version]))
     try:
         if identity is not None and idempotency.spans_partitions():
             # Keys are unique per day's partition only (ingest.idempotency): lock the
             # key and look across the days in the write's own statement, or else (in a
             # caller's transaction) before the write in the same transaction.
-            if not connection.in_atomic_block and _write(
-                inserts, counted, guard=idempotency.guard(identity, event.id)
+            guard = idempotency.guard(identity, event.id)
+            if not connection.in_atomic_block and _checked_write(
+                inserts, counted, [guard, *checks]
             ):
                 enqueue_on_commit(deliveries)
                 return Accepted(event, created=True, deliveries=len(deliveries))
+            if checks:
+                raise config_cache.Stale("no one statement to check the version in")
             with transaction.atomic():
                 idempotency.lock([identity])
                 earlier = _stored_events({identity}).get(identity)
@@ -285,6 +297,10 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
                     return Accepted(earlier, created=False, deliveries=0)
                 _write(inserts, counted, own_transaction=True)
                 enqueue_on_commit(deliveries)
+        elif checks:
+            if not _checked_write(inserts, counted, checks):
+                raise config_cache.Stale("no one statement to check the version in")
+            enqueue_on_commit(deliveries)
         else:
             _write(inserts, counted)
             enqueue_on_commit(deliveries)
@@ -295,6 +311,18 @@ def _store(fields: EventFields, endpoints: list[Endpoint]) -> Accepted:
             raise
         return Accepted(earlier, created=False, deliveries=0)
     return Accepted(event, created=True, deliveries=len(deliveries))
+
+
+def _checked_write(
+    inserts: list[plain_insert.Prepared], counted: Source | None, checks: list[tuple[str, list]]
+) -> bool:
+    """`_write` with `checks`; a failed version check becomes config_cache.Stale."""
+    try:
+        return _write(inserts, counted, checks=checks)
+    except DatabaseError as exc:
+        if config_cache.is_stale(exc):
+            raise config_cache.Stale(str(exc)) from exc
+        raise
 
 
 def _fallback_update(source: Source) -> tuple[str, list]:
@@ -313,7 +341,7 @@ def _write(
     fallback_of: Source | None,
     *,
     own_transaction: bool = False,
-    guard: tuple[str, list] | None = None,
+    checks: list[tuple[str, list]] | None = None,
 ) -> bool:
     """The event, its deliveries and the source's fallback count, all or nothing.
 
@@ -325,17 +353,19 @@ def _write(
     `own_transaction`: the transaction (or savepoint) around is `_store`'s own, and a
     duplicate key leaves it anyway; a savepoint of our own would only add two round
     trips (SAVEPOINT, RELEASE) to every keyed event on partitioned PostgreSQL.
-    `guard`: ingest.idempotency.guard's SELECT, run as the statement's main query
-    (outside a transaction only). Returns False, having written nothing, when it cannot
-    be one statement."""
+    `checks`: function calls (ingest.idempotency.guard's, the configuration's version
+    check), run as the statement's main query, outside a transaction only: each may raise
+    and roll the whole statement back. Returns False, having written nothing, when they
+    cannot be one statement."""
     also = [_fallback_update(fallback_of)] if fallback_of is not None else []
-    if guard is not None:
-        also.append(guard)
+    if checks:
+        calls = ", ".join(call for call, _ in checks)
+        also.append((f"SELECT {calls}", [value for _, params in checks for value in params]))
     statement = plain_insert.as_one_statement(inserts, also)
     if statement is not None and (own_transaction or not connection.in_atomic_block):
         plain_insert.execute_one_statement(inserts, statement)
         return True
-    if guard is not None:
+    if checks:
         return False
     with transaction.atomic():
         if statement is not None:

@@ -49,6 +49,13 @@ MAX_ENTRIES = 10_000  # per process; past it the oldest go (a tenant per key: ke
 
 _entries: dict[Hashable, tuple[int, Any]] = {}
 _lock = threading.Lock()  # only for adding and evicting; reads are plain dict look-ups
+_newest: int | None = None  # the newest version this process has read
+STALE_SQLSTATE = "WHCFG"  # webhooks migration 0008
+
+
+class Stale(Exception):
+    """The configuration changed after the version a request assumed: nothing was
+    written; the request must start again with the version read first."""
 
 
 def enabled() -> bool:
@@ -68,7 +75,19 @@ def current_version() -> int | None:
         if connection.in_atomic_block:
             raise  # the caller's transaction is broken now: it must hear of it
         return None
-    return row[0] if row else None
+    return _saw(row[0] if row else None)
+
+
+def _saw(version: int | None) -> int | None:
+    global _newest
+    _newest = version
+    return version
+
+
+def is_stale(error: BaseException) -> bool:
+    """Whether a database error is webhooks_config_check's: the version moved on."""
+    cause = error.__cause__
+    return getattr(cause, "sqlstate", None) == STALE_SQLSTATE
 
 
 def _keep(key: Hashable, version: int, value: Any) -> None:
@@ -93,8 +112,16 @@ class Lookups:
     unknown source (the 404) still costs one query; or on its own, to check a kept
     source."""
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool = True, *, assume: bool = False) -> None:
         self.version: Any = _UNREAD if keep else None
+        # assume: take the newest version this process has read instead of reading it;
+        # the write must then check it (`assumed`, webhooks_config_check).
+        self.assumed: int | None = None
+        # Whether an answer came from what was kept under the assumed version: a request
+        # that refuses on it must start again (`refuse`), as no write checks it.
+        self.used_kept = False
+        if keep and assume and _newest is not None:
+            self.version = self.assumed = _newest
 
     def _version(self) -> int | None:
         if self.version is _UNREAD:
@@ -107,6 +134,7 @@ class Lookups:
         found = _entries.get(key)
         version = self._version()  # read before the rows: what is kept is at least as new
         if found is not None and found[0] == version:
+            self.used_kept = self.assumed is not None
             return found[1]
         value = load()
         if value and version is not None:  # an absence is never kept (see above)
@@ -119,11 +147,24 @@ class Lookups:
             return load()[0]
         found = _entries.get(("source", slug))
         if found is not None and found[0] == self._version():
+            self.used_kept = self.assumed is not None
             return found[1]
-        value, self.version = load()  # the newer version: later look-ups read after it
-        if value and self.version is not None:
-            _keep(("source", slug), self.version, value)
+        value, version = load()
+        if value is None:
+            return None  # no row, so no version either: the request ends here (404)
+        if self.assumed is not None:
+            self.assumed = version  # read with the rows: the write checks this one
+        self.version = _saw(version)  # the newer version: later look-ups read after it
+        if version is not None:
+            _keep(("source", slug), version, value)
         return value
+
+    def refuse(self) -> None:
+        """Before a refusal (4xx): if it rests on what was kept under an assumed version,
+        raise Stale, so that the request starts again with the version read first (a
+        secret rotated or a source enabled meanwhile must apply to it)."""
+        if self.used_kept:
+            raise Stale("a refusal resting on an assumed version")
 
     def tenant(self, key: str, load: Callable[[], Tenant | None]) -> Tenant | None:
         return self._get(("tenant", key), load)
@@ -132,9 +173,10 @@ class Lookups:
         return self._get((kind, pk), load)
 
 
-def lookups() -> Lookups:
-    """The look-ups for one request (no query yet)."""
-    return Lookups(keep=enabled())
+def lookups(*, assume: bool = False) -> Lookups:
+    """The look-ups for one request (no query yet). `assume`: the caller's write checks
+    the version (PostgreSQL's one write statement), so none is read up front."""
+    return Lookups(keep=enabled(), assume=assume and connection.vendor == "postgresql")
 
 
 def unexpired(secrets: list[tuple[str, datetime | None]], now: datetime | None = None) -> list[str]:

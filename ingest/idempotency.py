@@ -99,13 +99,13 @@ def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
 
 
 def guard(identity: tuple, own_id: str) -> tuple[str, list]:
-    """The lock and the look-up of `lock` and `stored_ids` for one key, as a SELECT to run
-    as the main query of the event's one write statement (plain_insert.as_one_statement).
-    It raises a unique violation when an earlier event holds the key, which rolls the
-    whole statement back (webhooks migration 0007 says why this is safe)."""
+    """The lock and the look-up of `lock` and `stored_ids` for one key, as a call for the
+    main query of the event's one write statement (plain_insert.as_one_statement). It
+    raises a unique violation when an earlier event holds the key, which rolls the whole
+    statement back (webhooks migration 0007 says why this is safe)."""
     kind, scope, key = identity
     bound = ulid_floor(int(time.time() * 1000) + _AHEAD_MS)
     return (
-        "SELECT webhooks_key_guard(%s, %s, %s, %s, %s, %s)",
+        "webhooks_key_guard(%s, %s, %s, %s, %s, %s)",
         [identity_text(identity), kind == "source", scope, key, own_id, bound],
     )

@@ -122,25 +122,45 @@ def _stored_headers(request: HttpRequest) -> dict[str, str]:
 
 @json_post_view
 def ingest(request: HttpRequest, slug: str, path: str = "") -> HttpResponse:
-    # The configuration's version (one query), then the look-ups kept under it.
-    lookups = config_cache.lookups()
+    body: list[bytes] = []  # read once; a second attempt takes it from here
+    try:
+        # What this process kept, under the newest version it has seen: the write checks
+        # that version in its own statement (ingest.config_cache; PostgreSQL).
+        return _ingest(request, slug, path, config_cache.lookups(assume=True), body)
+    except config_cache.Stale:
+        # The configuration changed since: nothing was written. Again, version first.
+        return _ingest(request, slug, path, config_cache.lookups(), body)
+
+
+def _refused(lookups: config_cache.Lookups, status: int, message: str) -> HttpResponse:
+    lookups.refuse()  # raises config_cache.Stale if the refusal rests on an assumed version
+    return error(status, message)
+
+
+def _ingest(
+    request: HttpRequest, slug: str, path: str, lookups: config_cache.Lookups, body: list[bytes]
+) -> HttpResponse:
     source, active_secrets = load_source(slug, lookups)
     if source is None:
-        return error(404, f"no active source named {slug!r}")
-    try:
-        check_content_encoding(request)
-        raw = read_limited(request, settings.INGEST_MAX_BODY_BYTES)
-    except BodyError as exc:
-        return error(exc.status, exc.message)
+        return _refused(lookups, 404, f"no active source named {slug!r}")
+    if not body:
+        try:
+            check_content_encoding(request)
+            body.append(read_limited(request, settings.INGEST_MAX_BODY_BYTES))
+        except BodyError as exc:
+            # The request's own fault, whatever the configuration: no second attempt
+            # (which could not read the body again anyway).
+            return error(exc.status, exc.message)
+    raw = body[0]
     try:
         config = verification_config(source, active_secrets)
     except SourceMisconfigured as exc:
         _warn_once_a_minute(source, str(exc))
-        return error(401, f"source misconfigured: {exc}; the operator has to fix it")
+        return _refused(lookups, 401, f"source misconfigured: {exc}; the operator has to fix it")
     try:
         verify_request(config, request.headers, raw, time.time())
     except SignatureError as exc:
-        return error(401, f"signature verification failed: {exc}")
+        return _refused(lookups, 401, f"signature verification failed: {exc}")
 
     content_type = request.headers.get("Content-Type", "")
     parsed = parse_body(raw, content_type)
@@ -150,6 +170,7 @@ def ingest(request: HttpRequest, slug: str, path: str = "") -> HttpResponse:
     event_type = providers.event_type(source.scheme, request.headers, parsed.json)
     accepted = accept_to(
         destinations_for(source, tenant, event_type, lookups),
+        lookups.assumed,
         source=source,
         tenant=tenant,
         event_type=event_type,

@@ -55,7 +55,7 @@ def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
     assert first.created
     # The tenant's endpoints (accept looks them up), then the one statement: no BEGIN,
     # lock, look-up or COMMIT of their own.
-    look_up, statement = [q["sql"] for q in queries.captured_queries]
+    _endpoints, statement = [q["sql"] for q in queries.captured_queries]
     assert "webhooks_key_guard" in statement and statement.startswith("WITH"), statement
     assert first.event.deliveries.count() == 1
 
@@ -104,7 +104,5 @@ def test_a_repeat_committed_while_waiting_for_the_lock_is_seen() -> None:
 
 def _someone_waits_for_a_lock() -> bool:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        )
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
         return cursor.fetchone()[0] > 0
