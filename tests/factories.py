@@ -51,3 +51,16 @@ def make_backlog(count: int) -> list[Delivery]:
     return Delivery.objects.bulk_create(
         [Delivery(event=event, endpoint=endpoint, tenant=tenant) for event in events]
     )
+
+
+def published_fields(tenant: Tenant, key: str | None) -> dict:
+    """accept()'s keyword arguments for an event published by `tenant` (no source)."""
+    return {
+        "source": None,
+        "tenant": tenant,
+        "event_type": "order.created",
+        "headers": {},
+        "content_type": "application/json",
+        "payload": b"{}",
+        "idempotency_key": key,
+    }

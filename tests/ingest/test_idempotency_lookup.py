@@ -15,25 +15,13 @@ from core.ids import new_ulid
 from delivery import partitions
 from ingest import idempotency
 from ingest.accept import accept, accept_many
-from tests.factories import make_endpoint, make_tenant
+from tests.factories import make_endpoint, make_tenant, published_fields
 from webhooks.models import Event
 
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's partitions"),
 ]
-
-
-def _published(tenant, key: str) -> dict:
-    return {
-        "source": None,
-        "tenant": tenant,
-        "event_type": "order.created",
-        "headers": {},
-        "content_type": "application/json",
-        "payload": b"{}",
-        "idempotency_key": key,
-    }
 
 
 def test_a_published_key_stored_days_ago_is_a_repeat_with_its_tenant(
@@ -49,7 +37,7 @@ def test_a_published_key_stored_days_ago_is_a_repeat_with_its_tenant(
         idempotency_key="k-1",
         received_at=made,
     )
-    batch = accept_many([_published(tenant, "k-1"), _published(tenant, "k-2")])
+    batch = accept_many([published_fields(tenant, "k-1"), published_fields(tenant, "k-2")])
     assert [(one.created, one.event.pk == first.pk) for one in batch] == [
         (False, True),
         (True, False),
@@ -98,8 +86,8 @@ def test_a_keyed_event_is_written_without_a_savepoint_of_its_own() -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
     with CaptureQueriesContext(connection) as queries:
-        first = accept(**_published(tenant, "k-1"))
-        again = accept(**_published(tenant, "k-1"))
+        first = accept(**published_fields(tenant, "k-1"))
+        again = accept(**published_fields(tenant, "k-1"))
     assert (first.created, again.created, again.event.pk) == (True, False, first.event.pk)
     savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
     assert len(savepoints) == 2, savepoints  # one per accept: _store's own atomic

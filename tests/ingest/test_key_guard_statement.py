@@ -14,25 +14,13 @@ from django.utils import timezone
 from core.ids import new_ulid
 from ingest import idempotency
 from ingest.accept import accept
-from tests.factories import make_endpoint, make_tenant
+from tests.factories import make_endpoint, make_tenant, published_fields
 from webhooks.models import Event
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's partitions"),
 ]
-
-
-def _published(tenant, key: str) -> dict:
-    return {
-        "source": None,
-        "tenant": tenant,
-        "event_type": "order.created",
-        "headers": {},
-        "content_type": "application/json",
-        "payload": b"{}",
-        "idempotency_key": key,
-    }
 
 
 def _days_ago(tenant, key: str, days: int) -> Event:
@@ -51,7 +39,7 @@ def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
     make_endpoint(tenant)
     assert idempotency.spans_partitions()
     with CaptureQueriesContext(connection) as queries:
-        first = accept(**_published(tenant, "k-1"))
+        first = accept(**published_fields(tenant, "k-1"))
     assert first.created
     # The tenant's endpoints (accept looks them up), then the one statement: no BEGIN,
     # lock, look-up or COMMIT of their own.
@@ -64,7 +52,7 @@ def test_a_key_stored_days_ago_rolls_the_statement_back_and_answers_the_first() 
     tenant = make_tenant()
     make_endpoint(tenant)
     earlier = _days_ago(tenant, "k-1", days=3)
-    again = accept(**_published(tenant, "k-1"))
+    again = accept(**published_fields(tenant, "k-1"))
     assert (again.created, again.event.pk) == (False, earlier.pk)
     assert Event.objects.filter(idempotency_key="k-1").count() == 1
     assert not tenant.deliveries.exists()  # the statement's delivery went with its event
@@ -95,7 +83,7 @@ def test_a_repeat_committed_while_waiting_for_the_lock_is_seen() -> None:
     other = threading.Thread(target=other_request)
     other.start()
     assert holding.wait(20)
-    answered.append(accept(**_published(tenant, "k-race")))
+    answered.append(accept(**published_fields(tenant, "k-race")))
     other.join(20)
     (ours,) = answered
     assert not ours.created
