@@ -154,6 +154,9 @@ def resolve_tenant(
         return tenant, ""
     if not source.auto_register_tenants:
         return None, "unknown tenant key (auto-registration is off for this source)"
+    # Registering writes at once, whatever becomes of the event: not on a source kept
+    # under a version that may be gone (a source re-created, auto-registration off).
+    lookups.confirm()
     allowed, reason = key_hygiene.may_register(source)
     if not allowed:
         return None, reason

@@ -10,6 +10,12 @@ transaction as any change to those tables), and uses only what was read under th
 version; anything else is read again. One cheap query instead of three; an unknown
 source still costs one query (the version comes with the source's rows).
 
+On PostgreSQL not even that: a request assumes the newest version its process has read
+(`lookups(assume=True)`) and its one write statement checks it (webhooks_config_check,
+migration 0008). If the version moved on, the statement rolls back whole (`Stale`) and
+the request starts again with the version read first; a refusal that rests on kept
+look-ups does the same before it is sent (`Lookups.refuse`), since no write checks it.
+
 Why this is exact, not "eventually":
 - What is kept is tagged with the version read *before* it was read, so it is at least as
   new as that version. A change commits its new version with it; a request that starts
@@ -110,7 +116,7 @@ class Lookups:
     """One request's look-ups. The version is read once, when first needed: by the
     source's own query (`source`), which selects it along with the rows, so that an
     unknown source (the 404) still costs one query; or on its own, to check a kept
-    source."""
+    source. Or it is assumed (`assume`), and then `assumed` is what the write checks."""
 
     def __init__(self, keep: bool = True, *, assume: bool = False) -> None:
         self.version: Any = _UNREAD if keep else None
@@ -165,6 +171,15 @@ class Lookups:
         secret rotated or a source enabled meanwhile must apply to it)."""
         if self.used_kept:
             raise Stale("a refusal resting on an assumed version")
+
+    def confirm(self) -> None:
+        """Before a side effect that rests on kept look-ups (registering a tenant, which
+        no rollback of the write undoes): read the version, and raise Stale if it is not
+        the one assumed. One query, on that rare path only."""
+        if self.used_kept:
+            if current_version() != self.assumed:
+                raise Stale("the configuration changed before a side effect")
+            self.used_kept = False  # confirmed: what was kept is current as of now
 
     def tenant(self, key: str, load: Callable[[], Tenant | None]) -> Tenant | None:
         return self._get(("tenant", key), load)

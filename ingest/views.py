@@ -155,8 +155,9 @@ def _ingest(
     try:
         config = verification_config(source, active_secrets)
     except SourceMisconfigured as exc:
+        lookups.refuse()  # first: the warning is for a source as it is now
         _warn_once_a_minute(source, str(exc))
-        return _refused(lookups, 401, f"source misconfigured: {exc}; the operator has to fix it")
+        return error(401, f"source misconfigured: {exc}; the operator has to fix it")
     try:
         verify_request(config, request.headers, raw, time.time())
     except SignatureError as exc:

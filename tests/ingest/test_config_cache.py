@@ -274,3 +274,32 @@ def test_a_refusal_on_what_was_kept_is_checked_first(client, shop) -> None:
     SourceSecret.objects.filter(source=source).update(secret="shpss_rotated")
     assert post_shopify(client, b'{"id": "rotated"}', secret="shpss_rotated").status_code == 202
     assert post_shopify(client, b'{"id": "old"}').status_code == 401
+
+
+def test_no_tenant_is_registered_on_a_source_kept_under_a_gone_version(client, shop) -> None:
+    """Registering a tenant writes before the event does, so no write's check could undo
+    it: auto-registration switched off since the source was kept must apply, and a source
+    re-created under the same name must be the one a new tenant names."""
+    source, _ = shop
+    Source.objects.filter(pk=source.pk).update(auto_register_tenants=True)
+    _kept(client)
+    Source.objects.filter(pk=source.pk).update(auto_register_tenants=False)
+    answer = post_shopify(client, b'{"id": "off"}', shop="new-1.example").json()
+    assert answer["lane"] == "fallback" and not Tenant.objects.filter(key="new-1.example")
+
+    Source.objects.filter(pk=source.pk).update(auto_register_tenants=True)
+    assert post_shopify(client, b'{"id": "kept again"}').status_code == 202
+    destinations = list(source.destinations.all())
+    Event.objects.filter(source=source).delete()  # a source's events protect it
+    source.delete()
+    again = make_source(
+        "shop",
+        secret=SECRET,
+        scheme=Source.SHOPIFY,
+        fairness_key="header:X-Shopify-Shop-Domain",
+        auto_register_tenants=True,
+    )
+    again.destinations.add(*destinations)
+    answer = post_shopify(client, b'{"id": "re-created"}', shop="new-2.example").json()
+    assert answer["lane"] == "tenant"
+    assert Tenant.objects.get(key="new-2.example").registered_by_id == again.pk

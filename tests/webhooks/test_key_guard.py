@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from delivery.enqueueing import reset_scheduler
+from ingest import config_cache
 from tenants.models import Tenant
 from tests import signing
 from tests.factories import make_endpoint, make_source, make_tenant
@@ -201,6 +202,9 @@ def _pfadds(redis_conn) -> int:
 def test_a_key_counted_once_in_a_bucket_is_not_sent_again(client, source, redis_conn) -> None:
     """A HyperLogLog ignores a key it holds: a flood from one known tenant costs one
     round trip per bucket, not one per event, and the counts are the same."""
+    # A source an earlier test left kept would be counted once more before ingest's
+    # write finds it gone (ingest.config_cache): not what is measured here.
+    config_cache.clear()
     make_tenant("known")
     redis_conn.config_resetstat()
     for key in ("known", "known", "new-1", "new-1", "known", "new-1"):
