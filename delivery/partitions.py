@@ -216,7 +216,7 @@ def ensure_ahead(today: date | None = None, days_ahead: int | None = None) -> in
     ranged = [p for p in partitions(EVENT) if not p.is_default]
     start = max((p.upper for p in ranged if p.upper), default=day_floor(today))
     while start < target:
-        day = _day_of(start)
+        day = day_of(start)
         upper = day_floor(day + timedelta(days=1))
         with transaction.atomic():
             for table in TABLES:
@@ -239,7 +239,8 @@ def create_day(day: date) -> None:
             )
 
 
-def _day_of(ulid: str) -> date:
+def day_of(ulid: str) -> date:
+    """The UTC day whose partition holds this id."""
     return datetime.fromtimestamp(ulid_time_ms(ulid) / 1000, UTC).date()
 
 

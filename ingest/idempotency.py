@@ -98,14 +98,48 @@ def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
     return found
 
 
+# The range partitions' bounds, per database: a partition's range never changes while it
+# exists, and days are made a week ahead, so an id outside every known range is looked up
+# again at most once a minute (it goes to the default partition meanwhile). Even a range
+# whose partition has gone since is safe to skip: the ids of a day's range all go to one
+# place, that day's partition or else the default one, so the event's own row still
+# lands beside any earlier one of its range, under the same unique index.
+_ranges: dict[tuple[str, str], tuple[float, list[partitions.Partition]]] = {}
+_RANGES_MAX_AGE_S = 60.0
+
+
+def own_partition(own_id: str) -> partitions.Partition | None:
+    """The ranged partition `own_id` goes to, or None when it goes to the default
+    partition (whose rows are of any range)."""
+    database = (connection.alias, connection.settings_dict["NAME"])
+    read_at, ranges = _ranges.get(database, (-_RANGES_MAX_AGE_S, []))
+    for _ in range(2):
+        for one in ranges:
+            if (one.lower is None or one.lower <= own_id) and (
+                one.upper is None or own_id < one.upper
+            ):
+                return one
+        if time.monotonic() - read_at < _RANGES_MAX_AGE_S:
+            return None
+        read_at = time.monotonic()
+        ranges = [p for p in partitions.partitions(partitions.EVENT) if not p.is_default]
+        _ranges[database] = (read_at, ranges)
+    return None
+
+
 def guard(identity: tuple, own_id: str) -> tuple[str, list]:
     """The lock and the look-up of `lock` and `stored_ids` for one key, as a call for the
     main query of the event's one write statement (plain_insert.as_one_statement). It
     raises a unique violation when an earlier event holds the key, which rolls the whole
-    statement back (webhooks migration 0007 says why this is safe)."""
+    statement back (webhooks migration 0007 says why this is safe). It skips the event's
+    own partition, whose unique index catches a repeat there: a plan made while that day
+    was new read all of it through another index (webhooks migration 0009)."""
     kind, scope, key = identity
     bound = ulid_floor(int(time.time() * 1000) + _AHEAD_MS)
+    own = own_partition(own_id)
+    # Nothing below MINVALUE, nothing from `bound` on; no partition: nothing skipped.
+    skip_from, skip_to = (own.lower or "", own.upper or bound) if own else (bound, bound)
     return (
-        "webhooks_key_guard(%s, %s, %s, %s, %s, %s)",
-        [identity_text(identity), kind == "source", scope, key, own_id, bound],
+        "webhooks_key_guard(%s, %s, %s, %s, %s, %s, %s, %s)",
+        [identity_text(identity), kind == "source", scope, key, own_id, skip_from, skip_to, bound],
     )

@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
     assert idempotency.spans_partitions()
+    idempotency.own_partition(new_ulid())  # the partitions' bounds, read once per process
     with CaptureQueriesContext(connection) as queries:
         first = accept(**published_fields(tenant, "k-1"))
     assert first.created
@@ -94,3 +95,65 @@ def _someone_waits_for_a_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
         return cursor.fetchone()[0] > 0
+
+
+def _scans_of(partition: str) -> int:
+    """Index and sequential scans of `partition` in this transaction so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(coalesce(idx_scan, 0) + seq_scan), 0)"
+            " FROM pg_stat_xact_user_tables WHERE relname = %s",
+            [partition],
+        )
+        return cursor.fetchone()[0]
+
+
+def _call_guard(identity: tuple, own_id: str) -> None:
+    call, params = idempotency.guard(identity, own_id)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {call}", params)
+
+
+def test_the_guard_never_reads_its_own_day() -> None:
+    """The day's partition has its own unique index on the key; the guard looks at the
+    other days only. Reading the day made each event cost a scan of the day so far when
+    PostgreSQL's cached plan for a new day probed it by tenant, the key a filter."""
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    for number in range(20):
+        accept(**published_fields(tenant, f"today-{number}"))
+    earlier = _days_ago(tenant, "old-key", days=3)
+    today = idempotency.own_partition(new_ulid())
+    assert today is not None
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # The plan a connection keeps after its first calls, taken at once.
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        for number in range(8):
+            _call_guard(("tenant", tenant.pk, f"new-{number}"), new_ulid())
+        assert _scans_of(today.name) == 0
+        with pytest.raises(IntegrityError):  # another day is still looked at
+            _call_guard(("tenant", tenant.pk, "old-key"), new_ulid())
+    assert Event.objects.filter(idempotency_key="old-key").get() == earlier
+
+
+def test_a_repeat_of_the_same_day_is_caught_by_the_days_own_index() -> None:
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    first = accept(**published_fields(tenant, "k-today"))
+    again = accept(**published_fields(tenant, "k-today"))
+    assert (again.created, again.event.pk) == (False, first.event.pk)
+    assert tenant.deliveries.count() == 1
+
+
+def test_an_event_without_a_day_partition_is_checked_everywhere() -> None:
+    """An id no ranged partition holds goes to the default partition, whose rows are of
+    any day: nothing is skipped then, and today's event with the key is found."""
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    accept(**published_fields(tenant, "k-1"))
+    far_ahead = timezone.now() + timedelta(days=400)
+    own_id = new_ulid(int(far_ahead.timestamp() * 1000))
+    assert idempotency.own_partition(own_id) is None
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _call_guard(("tenant", tenant.pk, "k-1"), own_id)
