@@ -21,6 +21,7 @@ from operator import attrgetter
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.utils import timezone
 
 # Fields whose Python value is already what both SQLite and psycopg take as a parameter.
 _PLAIN_FIELDS = (
@@ -79,6 +80,8 @@ def _plan(model: type[models.Model]) -> tuple[str, list[_Getter]]:
         for field in fields:
             if isinstance(field, _PLAIN_FIELDS):
                 getters.append(attrgetter(field.attname))
+            elif isinstance(field, models.DateTimeField) and (field.auto_now or field.auto_now_add):
+                getters.append((_stamped, field))
             elif (
                 connection.vendor == "postgresql"
                 and isinstance(field, models.DateTimeField)
@@ -99,9 +102,28 @@ def _this_connection() -> Any:
 
 
 def _bound(getters: list[_Getter], conn: Any) -> list[Callable[[Any], Any]]:
-    return [
-        getter if callable(getter) else partial(getter[0], getter[1], conn) for getter in getters
-    ]
+    """The getters of one call: adapters given this thread's connection, and the fields
+    stamped on saving (auto_now) one time for all the rows, as one request writes them."""
+    bound: list[Callable[[Any], Any]] = []
+    now = None
+    for getter in getters:
+        if callable(getter):
+            bound.append(getter)
+            continue
+        adapt, field = getter
+        if adapt is _stamped:
+            now = now or timezone.now()
+            bound.append(partial(_stamped, field, now, field.get_db_prep_save(now, conn)))
+        else:
+            bound.append(partial(adapt, field, conn))
+    return bound
+
+
+def _stamped(field: models.Field, now: datetime, prepared: Any, obj: models.Model) -> Any:
+    """What DateTimeField.pre_save does for auto_now, with the call's one time: the
+    instance gets it too."""
+    setattr(obj, field.attname, now)
+    return prepared
 
 
 def _datetime_for_postgresql(field: models.Field, conn: Any, obj: models.Model) -> Any:

@@ -43,6 +43,7 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
 from core.ids import ulid_floor, ulid_time_ms
+from delivery.partition_statistics import analyze_stale
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +325,8 @@ def _drop_day(parts: list[Partition], keep_sql: str, params: list, lock_timeout_
 
 
 def maintain_quietly() -> dict[str, int]:
-    """For the sweep: at most once a MAINTAIN_EVERY_SECONDS, make the days ahead. Never
+    """For the sweep: at most once a MAINTAIN_EVERY_SECONDS, make the days ahead and
+    analyze the partitions whose statistics lag (delivery.partition_statistics). Never
     fails the sweep (rows of a day not made yet go to the default partition, and are
     moved into their day when it is made). Expired days are dropped by delivery.retention."""
     global _last_maintained
@@ -332,9 +334,16 @@ def maintain_quietly() -> dict[str, int]:
     if now - _last_maintained < MAINTAIN_EVERY_SECONDS:
         return {}
     _last_maintained = now
+    if not in_use():
+        return {}
+    done: dict[str, int] = {}
     try:
-        made = ensure_ahead() if in_use() else 0
+        made = ensure_ahead()
+        if made:
+            done["partition_days_made"] = made
+        analyzed = analyze_stale([table.name for table in TABLES])
+        if analyzed:
+            done["partitions_analyzed"] = len(analyzed)
     except Exception:
         logger.exception("partition upkeep failed")
-        return {}
-    return {"partition_days_made": made} if made else {}
+    return done

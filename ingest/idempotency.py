@@ -78,24 +78,40 @@ _KINDS = (
 )
 
 
-def stored_ids(identities: set[tuple]) -> dict[tuple, str]:
+def stored_ids(
+    identities: set[tuple], skip: "partitions.Partition | None" = None
+) -> dict[tuple, str]:
     """PostgreSQL: the ids of the events already stored under these (kind, scope pk, key)
-    identities (as accept's unique constraints scope them)."""
+    identities (as accept's unique constraints scope them). `skip`: a partition not to
+    look in (the one the caller's own rows go to: its unique indexes guard it)."""
     found: dict[tuple, str] = {}
     table = connection.ops.quote_name(Event._meta.db_table)
     bound = ulid_floor(int(time.time() * 1000) + _AHEAD_MS)
+    outside, outside_params = _outside(skip)
     with connection.cursor() as cursor:
         for kind, column, condition in _KINDS:
             pairs = [(scope, key) for one_kind, scope, key in identities if one_kind == kind]
             if not pairs:
                 continue
             # Identifiers from model metadata and constants; every value is a parameter.
-            sql = _STORED.format(table=table, column=column, condition=condition)
+            sql = _STORED.format(table=table, column=column, condition=condition + outside)
             scopes, keys = [scope for scope, _ in pairs], [key for _, key in pairs]
-            cursor.execute(sql, [scopes, keys, bound])
+            cursor.execute(sql, [scopes, keys, *outside_params, bound])
             for scope, key, pk in cursor.fetchall():
                 found[(kind, scope, key)] = pk
     return found
+
+
+def _outside(skip: "partitions.Partition | None") -> tuple[str, list[str]]:
+    """The condition (and its values) that leaves `skip`'s range of ids out: a range
+    PostgreSQL prunes the partition by when it plans."""
+    if skip is None:
+        return "", []
+    if skip.lower is None:
+        return " AND e.id >= %s", [skip.upper]
+    if skip.upper is None:
+        return " AND e.id < %s", [skip.lower]
+    return " AND (e.id < %s OR e.id >= %s)", [skip.lower, skip.upper]
 
 
 # The range partitions' bounds, per database: a partition's range never changes while it

@@ -119,3 +119,21 @@ def test_rows_go_in_as_few_statements_as_the_parameter_limit_allows(
     with django_assert_num_queries(statements):
         plain_insert.execute([prepared])
     assert sorted(Attempt.objects.values_list("number", flat=True)) == list(range(1, 251))
+
+
+def test_rows_stamped_on_saving_share_one_time_given_to_the_instances_too() -> None:
+    """auto_now is read once per call: the rows one request writes carry one time, and
+    each instance holds what its row holds (as pre_save leaves it)."""
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant)
+    event = Event.objects.create(tenant=tenant, event_type="x", payload=b"{}")
+    before = datetime.now(UTC)
+    deliveries = [Delivery(event=event, endpoint=endpoint, tenant=tenant) for _ in range(7)]
+    plain_insert.execute([plain_insert.prepare(deliveries)])
+    stamps = {delivery.updated_at for delivery in deliveries}
+    assert len(stamps) == 1 and stamps.pop() >= before
+    stored = {d.pk: d.updated_at for d in Delivery.objects.all()}
+    assert stored == {d.pk: d.updated_at for d in deliveries}
+    later = [Delivery(event=event, endpoint=endpoint, tenant=tenant)]
+    plain_insert.execute([plain_insert.prepare(later)])
+    assert later[0].updated_at > deliveries[0].updated_at  # a new call, a new time

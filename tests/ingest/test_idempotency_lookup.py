@@ -92,3 +92,43 @@ def test_a_keyed_event_is_written_without_a_savepoint_of_its_own() -> None:
     savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
     assert len(savepoints) == 2, savepoints  # one per accept: _store's own atomic
     assert Event.objects.filter(idempotency_key="k-1").count() == 1
+
+
+def test_a_look_up_that_skips_its_own_day_leaves_that_partition_out() -> None:
+    """A batch's second look, under its keys' locks, skips the partition its rows go to
+    (their unique indexes guard it): that day is never planned, other days still are."""
+    tenant = make_tenant()
+    made = timezone.now() - timedelta(days=3)
+    earlier = Event.objects.create(
+        id=new_ulid(int(made.timestamp() * 1000)),
+        tenant=tenant,
+        payload=b"{}",
+        idempotency_key="old",
+        received_at=made,
+    )
+    today = idempotency.own_partition(new_ulid())
+    identities = {("tenant", tenant.pk, "old"), ("tenant", tenant.pk, "new")}
+    with CaptureQueriesContext(connection) as queries:
+        found = idempotency.stored_ids(identities, skip=today)
+    assert found == {("tenant", tenant.pk, "old"): earlier.pk}
+    (query,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {query['sql']}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert today.name not in plan, plan
+    with connection.cursor() as cursor:  # the other day's partition is still looked in
+        cursor.execute(
+            "SELECT tableoid::regclass::text FROM webhooks_event WHERE id = %s", [earlier.pk]
+        )
+        assert cursor.fetchone()[0] in plan, plan
+
+
+def test_a_batch_repeating_a_key_stored_today_answers_with_that_event() -> None:
+    tenant = make_tenant()
+    make_endpoint(tenant)
+    (first,) = accept_many([published_fields(tenant, "k-today")])
+    again = accept_many([published_fields(tenant, "k-today"), published_fields(tenant, "k-2")])
+    assert [(one.created, one.event.pk == first.event.pk) for one in again] == [
+        (False, True),
+        (True, False),
+    ]
