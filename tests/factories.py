@@ -1,7 +1,11 @@
 """Small builders for test data: each returns a saved object with safe defaults."""
 
-from django.contrib.auth.models import User
+from datetime import timedelta
 
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from core.ids import new_ulid
 from delivery.models import Delivery
 from tenants.models import Endpoint, Membership, Tenant
 from webhooks.models import Event, Source, SourceSecret
@@ -64,3 +68,16 @@ def published_fields(tenant: Tenant, key: str | None) -> dict:
         "payload": b"{}",
         "idempotency_key": key,
     }
+
+
+def event_days_ago(tenant: Tenant, key: str, days: int) -> Event:
+    """A published event stored `days` ago: its id carries that time, so on PostgreSQL it
+    lies in that day's partition (or the one holding that day's ids)."""
+    made = timezone.now() - timedelta(days=days)
+    return Event.objects.create(
+        id=new_ulid(int(made.timestamp() * 1000)),
+        tenant=tenant,
+        payload=b"{}",
+        idempotency_key=key,
+        received_at=made,
+    )

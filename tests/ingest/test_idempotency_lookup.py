@@ -15,7 +15,7 @@ from core.ids import new_ulid
 from delivery import partitions
 from ingest import idempotency
 from ingest.accept import accept, accept_many
-from tests.factories import make_endpoint, make_tenant, published_fields
+from tests.factories import event_days_ago, make_endpoint, make_tenant, published_fields
 from webhooks.models import Event
 
 pytestmark = [
@@ -29,14 +29,7 @@ def test_a_published_key_stored_days_ago_is_a_repeat_with_its_tenant(
 ) -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
-    made = timezone.now() - timedelta(days=3)
-    first = Event.objects.create(
-        id=new_ulid(int(made.timestamp() * 1000)),
-        tenant=tenant,
-        payload=b"{}",
-        idempotency_key="k-1",
-        received_at=made,
-    )
+    first = event_days_ago(tenant, "k-1", days=3)
     batch = accept_many([published_fields(tenant, "k-1"), published_fields(tenant, "k-2")])
     assert [(one.created, one.event.pk == first.pk) for one in batch] == [
         (False, True),
@@ -98,14 +91,7 @@ def test_a_look_up_that_skips_its_own_day_leaves_that_partition_out() -> None:
     """A batch's second look, under its keys' locks, skips the partition its rows go to
     (their unique indexes guard it): that day is never planned, other days still are."""
     tenant = make_tenant()
-    made = timezone.now() - timedelta(days=3)
-    earlier = Event.objects.create(
-        id=new_ulid(int(made.timestamp() * 1000)),
-        tenant=tenant,
-        payload=b"{}",
-        idempotency_key="old",
-        received_at=made,
-    )
+    earlier = event_days_ago(tenant, "old", days=3)
     today = idempotency.own_partition(new_ulid())
     identities = {("tenant", tenant.pk, "old"), ("tenant", tenant.pk, "new")}
     with CaptureQueriesContext(connection) as queries:

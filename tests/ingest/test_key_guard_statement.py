@@ -14,24 +14,13 @@ from django.utils import timezone
 from core.ids import new_ulid
 from ingest import idempotency
 from ingest.accept import accept
-from tests.factories import make_endpoint, make_tenant, published_fields
+from tests.factories import event_days_ago, make_endpoint, make_tenant, published_fields
 from webhooks.models import Event
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's partitions"),
 ]
-
-
-def _days_ago(tenant, key: str, days: int) -> Event:
-    made = timezone.now() - timedelta(days=days)
-    return Event.objects.create(
-        id=new_ulid(int(made.timestamp() * 1000)),
-        tenant=tenant,
-        payload=b"{}",
-        idempotency_key=key,
-        received_at=made,
-    )
 
 
 def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
@@ -52,7 +41,7 @@ def test_a_new_key_is_checked_and_written_in_one_statement() -> None:
 def test_a_key_stored_days_ago_rolls_the_statement_back_and_answers_the_first() -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
-    earlier = _days_ago(tenant, "k-1", days=3)
+    earlier = event_days_ago(tenant, "k-1", days=3)
     again = accept(**published_fields(tenant, "k-1"))
     assert (again.created, again.event.pk) == (False, earlier.pk)
     assert Event.objects.filter(idempotency_key="k-1").count() == 1
@@ -72,7 +61,7 @@ def test_a_repeat_committed_while_waiting_for_the_lock_is_seen() -> None:
         try:
             with transaction.atomic():
                 idempotency.lock([identity])
-                _days_ago(tenant, "k-race", days=1)
+                event_days_ago(tenant, "k-race", days=1)
                 holding.set()
                 # Ours is now blocked on the lock; commit only once it waits.
                 deadline = timezone.now() + timedelta(seconds=20)
@@ -122,7 +111,7 @@ def test_the_guard_never_reads_its_own_day() -> None:
     make_endpoint(tenant)
     for number in range(20):
         accept(**published_fields(tenant, f"today-{number}"))
-    earlier = _days_ago(tenant, "old-key", days=3)
+    earlier = event_days_ago(tenant, "old-key", days=3)
     today = idempotency.own_partition(new_ulid())
     assert today is not None
     with transaction.atomic():
