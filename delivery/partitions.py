@@ -217,7 +217,7 @@ def ensure_ahead(today: date | None = None, days_ahead: int | None = None) -> in
     ranged = [p for p in partitions(EVENT) if not p.is_default]
     start = max((p.upper for p in ranged if p.upper), default=day_floor(today))
     while start < target:
-        day = day_of(start)
+        day = _day_of(start)
         upper = day_floor(day + timedelta(days=1))
         with transaction.atomic():
             for table in TABLES:
@@ -240,8 +240,7 @@ def create_day(day: date) -> None:
             )
 
 
-def day_of(ulid: str) -> date:
-    """The UTC day whose partition holds this id."""
+def _day_of(ulid: str) -> date:
     return datetime.fromtimestamp(ulid_time_ms(ulid) / 1000, UTC).date()
 
 
@@ -334,10 +333,10 @@ def maintain_quietly() -> dict[str, int]:
     if now - _last_maintained < MAINTAIN_EVERY_SECONDS:
         return {}
     _last_maintained = now
-    if not in_use():
-        return {}
     done: dict[str, int] = {}
     try:
+        if not in_use():
+            return done
         made = ensure_ahead()
         if made:
             done["partition_days_made"] = made
