@@ -4,6 +4,7 @@ not a test:
     .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
         [--against DIR]  # also an older checkout's scripts, interleaved, same server
         [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
+        [--pick 4]  # leases per pick (32 by default)
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -13,7 +14,7 @@ tight caps on some, and a share of first attempts that fail once and are retried
 - `redis_cpu_us_per_delivery`: the server's used_cpu_sys + used_cpu_user delta over a
   run, divided by the deliveries finished (enqueue, pick, answered, ack and retries).
 - `commands_per_delivery`: every command the server ran in that run (INFO commandstats
-  delta, which counts the scripts' own redis.call()s as well as the EVALSHAs), divided
+  delta, which counts the scripts' own redis.call()s as well as the EVALSHAs or FCALLs), divided
   the same way.
 - `redis_cpu_us_per_single_enqueue`: the server's CPU per enqueue call of one delivery,
   what a single accepted event (a signed POST) costs the schedule at ingest.
@@ -24,7 +25,7 @@ tight caps on some, and a share of first attempts that fail once and are retried
 `--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
 runs that checkout's scripts and this one's on the same workload, interleaved call by
 call on the same server, and reports each one's server time inside scripts
-(`script_us_per_delivery`, INFO commandstats usec of EVALSHA) and commands: CPU figures
+(`script_us_per_delivery`, INFO commandstats usec of EVALSHA or FCALL) and commands: CPU figures
 swing by ±30% from run to run on this shared machine, so only a ratio measured in one
 run, side by side, says whether a change made the scripts cheaper.
 """
@@ -204,8 +205,9 @@ def script_counts(conn: redis.Redis) -> tuple[int, int, int]:
     commands run) so far, INFO left out."""
     stats = conn.info("commandstats")
     calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
-    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_evalsha"))
-    return stats.get("cmdstat_evalsha", {}).get("usec", 0), inner, calls
+    outer = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")  # the scripts' own calls
+    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", *outer))
+    return sum(stats.get(k, {}).get("usec", 0) for k in outer), inner, calls
 
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
@@ -281,6 +283,7 @@ def medians(rounds: list[dict]) -> dict:
 
 
 def main() -> None:
+    global mix, PICK
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print only the results, as JSON")
     parser.add_argument("--deliveries", type=int, default=20_000, help="per run and shard")
@@ -300,9 +303,16 @@ def main() -> None:
         default="tenants",
         help="tenants: the mix above; flood: one tenant floods one endpoint, then quiet ones",
     )
+    parser.add_argument(
+        "--pick",
+        type=int,
+        default=PICK,
+        help="leases per pick (the engine's picks are often smaller than 32: each call's "
+        "fixed cost then weighs more per delivery)",
+    )
     args = parser.parse_args()
-    global mix
     mix = MIXES[args.mix]
+    PICK = args.pick
 
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as directory:
         server = PrivateRedis(Path(directory))
@@ -334,6 +344,7 @@ def main() -> None:
         finally:
             server.stop()
     results["mix"] = args.mix
+    results["pick"] = PICK
     results["deliveries"] = args.deliveries
     results["tenants"] = args.tenants
     if args.json:

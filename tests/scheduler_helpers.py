@@ -22,6 +22,20 @@ class FakeClock:
         self.now += seconds
 
 
+def has_functions(connection) -> bool:
+    """Whether the server has Redis Functions (7.0+), read from INFO, not from what the
+    scheduler decided."""
+    info = connection.info("server")
+    if "redis_version" not in info:  # a cluster answers per node
+        info = next(iter(info.values()))
+    return int(info["redis_version"].split(".")[0]) >= 7
+
+
+def script_command(sched: Scheduler) -> str:
+    """The one command a scheduler call must send: FCALL or, without Functions, EVALSHA."""
+    return "FCALL" if has_functions(sched.connection) else "EVALSHA"
+
+
 def batch(tenant: int | None, endpoint: int, n: int, **fields) -> list[Item]:
     return [Item(new_ulid(), tenant, endpoint, **fields) for _ in range(n)]
 

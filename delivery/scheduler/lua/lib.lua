@@ -45,33 +45,18 @@
 -- Empty lists/sets vanish by themselves and hashes are deleted at zero, so an idle
 -- tenant or endpoint leaves no key behind.
 
-local P = ARGV[1]
-local NOW = tonumber(ARGV[2])
-if NOW < 0 then
-  local clock = redis.call('TIME')
-  NOW = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
-end
-local NOW_MS = math.floor(NOW * 1000)
-local MODE = ARGV[3]
+-- A call's own state. Each is set by begin(), at the start of every call: under EVAL this
+-- file's top level runs per call anyway, but a Redis Function library's top level runs
+-- once, at FUNCTION LOAD, so nothing a call leaves here may reach the next one.
+local P, NOW, NOW_MS, MODE -- key prefix, now (epoch s), now in ms, "fair" or "fifo"
 local FALLBACK = 'fb'
 local PPM = 1000000 -- retry credit is kept in integer parts per million: no float drift
 local MAX_WAIT = 5 -- seconds a worker may sleep without re-checking
-local HUGE = math.huge -- the tokens of an endpoint or tenant without a rate
+local HUGE = 1 / 0 -- math.huge (no global is readable at FUNCTION LOAD): the tokens of an endpoint or tenant without a rate
 local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to ~0.25 us
 
-local K_STATS = KEYS[1]
-local K_VT = P .. 'vt'
-local K_AGE = P .. 'age'
-local K_BUSY = P .. 'busy'
-local K_LEASES = P .. 'leases'
-local K_ANSWERED = P .. 'answered'
-local K_DELAYED = P .. 'delayed'
-local K_FIFO = P .. 'fifo'
-local K_PAUSED = P .. 'paused'
-local K_WAKE = P .. 'wake'
-local K_TAT = P .. 'tat'
-local K_DUE = P .. 'due'
-local K_HOLD = P .. 'hold'
+local K_STATS, K_VT, K_AGE, K_BUSY, K_LEASES, K_ANSWERED, K_DELAYED
+local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD
 
 local function lane_key(t, e, k) return P .. 'q:' .. t .. ':' .. e .. ':' .. k end
 local function rot_key(t, k) return P .. 'rot:' .. t .. ':' .. k end
@@ -105,10 +90,9 @@ local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
 -- calls flush_stats after each script's body): a pick or an enqueue of n deliveries then
 -- writes the shard's depths, lease sequence and totals with two commands, not 2n. No
 -- script reads these counters back, except `seq` (see next_seq).
-local STATS_BY = {}
-local STATS_SET = {}
+local STATS_BY, STATS_SET -- begin() empties them
 local function count_stat(field, by) STATS_BY[field] = (STATS_BY[field] or 0) + by end
-local SEQ = nil
+local SEQ -- begin() forgets it
 local function next_seq()
   if not SEQ then SEQ = num(redis.call('HGET', K_STATS, 'seq')) end
   SEQ = SEQ + 1
@@ -143,7 +127,7 @@ local function is_paused(t) return redis.call('SISMEMBER', K_PAUSED, t) == 1 end
 -- ZSCORE on the rate keys (tat, hold, due), but whether each exists is read once per
 -- script (writers set it, deleters clear it): without rates or pauses, a script pays at
 -- most one EXISTS per key, and a pick none after its upkeep's one EXISTS of all three.
-local live = {}
+local live -- begin() empties it
 local function score_of(key, member)
   if live[key] == nil then live[key] = redis.call('EXISTS', key) == 1 end
   if not live[key] then return nil end
@@ -189,7 +173,7 @@ local rates
 -- counts, so it reads each endpoint once and counts on (ENDPOINTS, set by pick_fair.lua
 -- around its turns; nil elsewhere): one tenant's lanes or many tenants sharing one
 -- destination then cost no read per lease.
-local ENDPOINTS = nil
+local ENDPOINTS -- nil outside a pick
 local function endpoint_state(e)
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then return known end
@@ -279,7 +263,7 @@ end
 -- Counts of a tenant or endpoint hash that the script read already (an enqueue reads each
 -- one's configuration): held here and written back with one HSET per hash (write_held),
 -- rather than one HINCRBY per delivery and field. Other hashes are changed at once.
-local HELD = {}
+local HELD -- begin() empties it
 local function hold(key, read) -- read: field -> the value HMGET returned (false: none)
   if HELD[key] then return end
   local value = {}
@@ -384,8 +368,8 @@ end
 -- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32. `row`: the
 -- tenant's row as pick_fair.lua keeps it; its queued count goes down here, and the pick
 -- writes it back.
-local PENDING_LEASES = {}
-local BUSY_DIRTY = {} -- endpoints whose in-flight count a pick changed (ENDPOINTS has it)
+local PENDING_LEASES -- begin() empties it
+local BUSY_DIRTY -- endpoints whose in-flight count a pick changed (ENDPOINTS has it)
 local function grant(id, t, e, k, deadline, worker, row)
   local seq = next_seq()
   local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
@@ -534,9 +518,9 @@ end
 -- (Retry-After, in `hold`) counts as a TAT of at least its end + tau: no token before it
 -- ends, then none faster than the rate.
 --
--- Built on first use: Redis reruns this file's top level at every script call, and each
--- closure made there costs (more with every upvalue), so a call that meets no rate and no
--- pause never builds these.
+-- Built on first use in a call (begin() forgets them, as they read NOW): under EVAL, Redis
+-- reruns this file's top level at every call, and each closure made there costs (more
+-- with every upvalue), so a call that meets no rate and no pause never builds these.
 rates = function()
   if RATES then return RATES end
   local function us(seconds) return math.floor(seconds * 1e6 + 0.5) end
@@ -630,4 +614,28 @@ rates = function()
     tenant_wake = tenant_wake,
   }
   return RATES
+end
+
+-- Start a call: its clock, its shard's keys and empty per-call state. Under EVAL, scripts.py
+-- calls this right after this file; in the Function library, each function first.
+local KEY_PREFIX -- the prefix the K_* names were built for: most calls keep the same shard
+local function begin(keys, argv)
+  P = argv[1]
+  NOW = tonumber(argv[2])
+  if NOW < 0 then
+    local clock = redis.call('TIME')
+    NOW = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
+  end
+  NOW_MS = math.floor(NOW * 1000)
+  MODE = argv[3]
+  K_STATS = keys[1]
+  if P ~= KEY_PREFIX then
+    KEY_PREFIX = P
+    K_VT, K_AGE, K_BUSY, K_LEASES = P .. 'vt', P .. 'age', P .. 'busy', P .. 'leases'
+    K_ANSWERED, K_DELAYED, K_FIFO = P .. 'answered', P .. 'delayed', P .. 'fifo'
+    K_PAUSED, K_WAKE, K_TAT = P .. 'paused', P .. 'wake', P .. 'tat'
+    K_DUE, K_HOLD = P .. 'due', P .. 'hold'
+  end
+  STATS_BY, STATS_SET, SEQ, live, HELD = {}, {}, nil, {}, {}
+  RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY = nil, nil, {}, {}
 end
