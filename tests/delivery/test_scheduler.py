@@ -293,6 +293,40 @@ def test_an_answered_lease_of_a_dead_worker_comes_back_without_freeing_its_slot_
     check_invariants(sched)
 
 
+def test_one_call_of_many_leases_answers_and_releases_each_as_a_call_of_one_would(
+    scheduler_conn,
+):
+    """answered, ack and retry_later take a worker's whole group: lost leases, leases
+    named twice, and leases answered or not must each come out as alone."""
+    clock = FakeClock()
+    sched = Scheduler(scheduler_conn, clock=clock)
+    sched.enqueue(batch(1, 1, 7, max_in_flight=7, retry_max_in_flight=7))
+    a, b, c, d, e, f, _still_held = sched.pick("w", 7).leases
+    assert sched.ack([c]) == []  # c's lease is spent before the batches below
+
+    assert sched.answered([a]) == 1
+    assert sched.answered([a, b, c, a, b]) == 1  # a was answered, c is gone, b counts once
+    check_invariants(sched)
+    assert sched.ack([a, b, c, d, a], outcome="delivered") == [c.delivery_id, a.delivery_id]
+    check_invariants(sched)  # a and b freed their slots when answered, d when acked
+    assert sched.retry_later_many([(e, clock.now + 5), (f, clock.now + 5), (e, clock.now)]) == [
+        True,
+        True,
+        False,
+    ]
+    check_invariants(sched)
+
+    snapshot = sched.snapshot()
+    assert (snapshot.in_flight, snapshot.delayed_depth) == (1, 2)  # g, and e and f
+    assert sched.counters() == {"done": 1, "delivered": 3, "retry": 2}  # c; a, b, d; e, f
+    clock.advance(6)
+    assert {lease.delivery_id for lease in sched.pick("w", 7).leases} == {
+        e.delivery_id,
+        f.delivery_id,
+    }
+    check_invariants(sched)
+
+
 # --- retries --------------------------------------------------------------------------
 
 
