@@ -123,7 +123,6 @@ class ShardScript:
         server: ServerKind | None = None,
     ) -> None:
         self.connection = connection
-        self.name = name
         self.text = source(name)
         self.sha = hashlib.sha1(self.text.encode()).hexdigest()  # noqa: S324 (Redis's script id)
         self.function = function_name(name) if _uses_lib(name) else None

@@ -52,7 +52,9 @@ local P, NOW, NOW_MS, MODE -- key prefix, now (epoch s), now in ms, "fair" or "f
 local FALLBACK = 'fb'
 local PPM = 1000000 -- retry credit is kept in integer parts per million: no float drift
 local MAX_WAIT = 5 -- seconds a worker may sleep without re-checking
-local HUGE = 1 / 0 -- math.huge (no global is readable at FUNCTION LOAD): the tokens of an endpoint or tenant without a rate
+-- The tokens of an endpoint or tenant without a rate: math.huge, but no global (math) can
+-- be read while FUNCTION LOAD runs this file's top level.
+local HUGE = 1 / 0
 local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to ~0.25 us
 
 local K_STATS, K_VT, K_AGE, K_BUSY, K_LEASES, K_ANSWERED, K_DELAYED
