@@ -5,7 +5,7 @@ import pytest
 import redis
 
 from core import redis_connection
-from delivery.scheduler import Item, Scheduler, scripts
+from delivery.scheduler import FRESH, Item, Scheduler, scripts
 from tests.scheduler_helpers import batch, check_invariants, drain, has_functions
 
 
@@ -55,19 +55,20 @@ def test_a_call_that_failed_midway_leaves_nothing_to_the_next_one(scheduler_conn
     counted the first as new and read both tenants' counts; the next enqueue must write
     only its own."""
     sched = Scheduler(scheduler_conn)
-    scheduler_conn.set(sched.keys.prefix + "q:2:2:f", "not a list")
+    lane = sched.keys.lane(2, 2, FRESH)
+    scheduler_conn.set(lane, "not a list")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         sched.enqueue([Item("01" + "A" * 24, 1, 1), Item("01" + "B" * 24, 2, 2)])
-    scheduler_conn.delete(sched.keys.prefix + "q:2:2:f")
+    scheduler_conn.delete(lane)
 
     sched.enqueue([Item("01" + "C" * 24, 3, 3)])
 
     stats = scheduler_conn.hgetall(sched.keys.stats)
     assert int(stats[b"tenants"]) == 1  # the failed call's tenants were never written
     assert int(stats[b"f"]) == 1
-    assert scheduler_conn.hget(sched.keys.prefix + "t:1", "n") is None
-    assert scheduler_conn.hget(sched.keys.prefix + "t:2", "n") is None
-    assert int(scheduler_conn.hget(sched.keys.prefix + "t:3", "n")) == 1
+    assert scheduler_conn.hget(sched.keys.tenant(1), "n") is None
+    assert scheduler_conn.hget(sched.keys.tenant(2), "n") is None
+    assert int(scheduler_conn.hget(sched.keys.tenant(3), "n")) == 1
 
 
 def test_scripts_run_as_functions_where_the_server_has_them(scheduler_conn):
