@@ -7,12 +7,15 @@ One client per URL means one connection pool per process, whichever app asks fir
 any layer may use them, so none of them reaches up into the scheduler's package for a socket.
 """
 
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
+
+from core.redis_packing import ENCODING, CommandPacker, PackingConnection
 
 # Every key the platform writes starts with this: the scheduler's `wh:{<shard>}:` (the
 # braces are a Redis Cluster hash tag), everything else `wh:<area>:`.
@@ -97,13 +100,22 @@ def connect(
 ) -> Client:
     """A new client for `url`: redis://, rediss://, unix:// (one server) or
     redis+cluster:// (a Redis Cluster, MOVED/ASK and failovers handled by the client).
-    Options in the URL itself (`?socket_timeout=`) win over the arguments."""
-    options = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_connect_timeout}
+    Options in the URL itself (`?socket_timeout=`) win over the arguments. Commands are
+    packed by core.redis_packing (one C call for plain arguments)."""
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_connect_timeout,
+    }
     if not is_cluster_url(url):
+        # The one-call packer writes UTF-8: a URL asking for another encoding goes without.
+        encoding = dict(parse_qsl(urlsplit(url).query)).get("encoding", ENCODING)
+        if encoding.lower().replace("_", "-") in (ENCODING, "utf8"):
+            options["command_packer"] = CommandPacker()
         return redis.Redis.from_url(url, **options)
     return RedisCluster(
         startup_nodes=cluster_seeds(url),
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), CLUSTER_RETRIES),
+        connection_class=PackingConnection,
         **(options | cluster_options(url)),
     )
 
