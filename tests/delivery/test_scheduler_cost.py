@@ -82,3 +82,22 @@ def test_a_floods_backlog_costs_few_commands_per_delivery(private_redis):
     in one go: most of a pick of 32 is one LPOP and one ZADD of leases."""
     per_delivery = commands_per_delivery(private_redis, flood())
     assert per_delivery <= MAX_FLOOD_COMMANDS_PER_DELIVERY, per_delivery
+
+
+def writes_run(conn: redis.Redis) -> int:
+    stats = conn.info("commandstats")
+    written = ("cmdstat_hset", "cmdstat_hincrby", "cmdstat_zadd", "cmdstat_del", "cmdstat_rpush")
+    return sum(stats.get(name, {}).get("calls", 0) for name in written)
+
+
+def test_an_idle_workers_empty_picks_write_nothing(private_redis):
+    """A worker with nothing to do polls: those picks read what they must and write
+    nothing (the virtual clock, unchanged, is not written back)."""
+    sched = Scheduler(private_redis, shard=7)
+    sched.enqueue([Item(new_ulid(), 1, 1)])
+    (lease,) = sched.pick("w").leases
+    sched.ack([lease])
+    before = writes_run(private_redis)
+    for _ in range(5):
+        assert sched.pick("w", 8).leases == []
+    assert writes_run(private_redis) == before

@@ -250,6 +250,7 @@ end
 
 local out = {}
 local v = vtime()
+local v_read = v
 -- The tenant of the last turn, with what its turns need: a tenant that stays first (a
 -- flood's, alone in the order) takes turn after turn without setting them up again.
 local last_t, last_row, tk, rotations = nil, nil, nil, nil
@@ -380,7 +381,8 @@ write_lanes()
 if last_row then write_row(last_t, last_row) end
 flush_grants()
 ENDPOINTS = nil
-STATS_SET.V = v
+-- Written only when it moved: an idle worker's empty picks then write nothing.
+if v ~= v_read then STATS_SET.V = v end
 count_stat('deferrals', deferred)
 count_stat('rate_waits', waited)
 -- Nothing left in the turn order: say how long to sleep. After a full pick too, if
