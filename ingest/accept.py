@@ -69,7 +69,9 @@ def _sql(name: str) -> str:
         )
         # The configuration's version in the same statement as the source (config_cache).
         version = (
-            f"({config_cache.VERSION_SQL})" if connection.vendor in config_cache.VENDORS else "NULL"
+            f"({config_cache.version_sql()})"
+            if connection.vendor in config_cache.VENDORS
+            else "NULL"
         )
         # Identifiers from model metadata, quoted; every value is a query parameter.
         statements = {

@@ -22,8 +22,10 @@ Why this is exact, not "eventually":
   after the commit reads the new version and finds nothing tagged with it.
 - A rolled-back change leaves the old version, which the kept data still matches; the
   random value it had is never seen outside its transaction.
-- Inside a transaction that changed the configuration, the version read is that
-  transaction's own, so nothing kept from outside it matches.
+- Inside a transaction that changed the configuration, no version is read on PostgreSQL
+  (it writes the new one as the change commits: webhooks migration 0010), so nothing is
+  kept or used there; on SQLite the version read is that transaction's own, so nothing
+  kept from outside it matches.
 - Nothing is kept when the version row cannot be read (another database, a flushed
   table): every look-up then reads the database, as before.
 
@@ -51,6 +53,11 @@ from tenants.models import Endpoint, Tenant
 VERSION_TABLE = "webhooks_config_version"  # webhooks migration 0006
 VENDORS = ("postgresql", "sqlite")  # the databases the migration makes it on
 VERSION_SQL = f"SELECT v FROM {VERSION_TABLE} WHERE id = 1"  # noqa: S608
+# PostgreSQL writes a change's new version as it commits (webhooks migration 0010), so a
+# transaction that changed the configuration reads no version: nothing read there is kept.
+_CHANGED_HERE = {
+    "postgresql": " AND current_setting('webhooks.config_touched', true) IS DISTINCT FROM 'on'"
+}
 MAX_ENTRIES = 10_000  # per process; past it the oldest go (a tenant per key: keys are many)
 
 _entries: dict[Hashable, tuple[int, Any]] = {}
@@ -69,13 +76,19 @@ def enabled() -> bool:
     return settings.INGEST_CONFIG_CACHE and connection.vendor in VENDORS
 
 
+def version_sql() -> str:
+    """The query for the configuration's version, for the database in use: no row where
+    it cannot be trusted (see _CHANGED_HERE)."""
+    return VERSION_SQL + _CHANGED_HERE.get(connection.vendor, "")
+
+
 def current_version() -> int | None:
     """The configuration's version now, or None when it cannot be read (nothing kept)."""
     if not enabled():
         return None
     try:
         with connection.cursor() as cursor:
-            cursor.execute(VERSION_SQL)
+            cursor.execute(version_sql())
             row = cursor.fetchone()
     except DatabaseError:
         if connection.in_atomic_block:
