@@ -26,7 +26,7 @@ def _version(session: psycopg.Connection) -> int:
     return session.execute(f"SELECT v FROM {config_cache.VERSION_TABLE}").fetchone()[0]  # noqa: S608
 
 
-def _wait_until(observer: psycopg.Connection, pid: int, done, within: float = 5.0) -> None:
+def _wait_until(observer: psycopg.Connection, pid: int, done, within: float = 30.0) -> None:
     """Until the backend `pid` is in a state `done(wait_event_type, state)` accepts."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -82,7 +82,7 @@ def test_two_transactions_changing_endpoints_do_not_deadlock_on_the_version():
         )
         _set_max_in_flight(a, second.pk, 4)
         a.commit()
-        other.join(timeout=10)
+        other.join(timeout=60)
         assert not other.is_alive()
         assert errors == []
         maxima = dict(
