@@ -39,6 +39,10 @@ def planner_estimate(queryset) -> int:
 
 
 class EstimatedCountPaginator(Paginator):
+    # Whether `count` is the planner's estimate: templates/admin/pagination.html then
+    # says "about" that many.
+    is_estimate = False
+
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
@@ -46,8 +50,10 @@ class EstimatedCountPaginator(Paginator):
             return super().count
         estimate = planner_estimate(queryset)
         if estimate >= EXACT_BELOW:
+            self.is_estimate = True
             return estimate
         counted = count_within(queryset, COUNT_WITHIN_MS)
+        self.is_estimate = counted is None
         return estimate if counted is None else counted
 
 

@@ -109,3 +109,19 @@ def test_every_list_filter_and_search_is_served_by_an_index(staff_client, histor
         with CaptureQueriesContext(connection) as captured:
             assert staff_client.get(url).status_code == 200
         assert_no_scan_of_history(captured.captured_queries, url)
+
+
+def test_a_count_that_is_an_estimate_says_about(staff_client, history, monkeypatch) -> None:
+    """The page footer names the planner's estimate as one; an exact count is shown as is."""
+    response = staff_client.get("/admin/delivery/delivery/")
+    footer = response.content.decode().split('<p class="paginator">')[1].split("</p>")[0]
+    assert "about" not in footer and "6 deliveries" in footer
+    monkeypatch.setattr(admin_paging, "EXACT_BELOW", 0)
+    response = staff_client.get("/admin/delivery/delivery/")
+    footer = response.content.decode().split('<p class="paginator">')[1].split("</p>")[0]
+    if connection.vendor == "postgresql":
+        cl = response.context["cl"]
+        assert cl.paginator.is_estimate
+        assert f"about {cl.result_count}</span> deliveries" in footer
+    else:  # SQLite counts exactly
+        assert "about" not in footer and "6 deliveries" in footer
