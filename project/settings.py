@@ -203,7 +203,9 @@ SCHEDULER_FALLBACK_WEIGHT = env_int("SCHEDULER_FALLBACK_WEIGHT", 1, minimum=1, m
 SCHEDULER_SHARD = env_int("SCHEDULER_SHARD", 0, minimum=0)
 # The schedule split into this many shards by destination endpoint, tagged SCHEDULER_SHARD,
 # SCHEDULER_SHARD + 1, ... (docs/SCHEDULER.md, "Shards"). Changing it moves endpoints
-# between shards: rebuild the schedule after (manage.py rebuild_lanes).
+# between shards: stop the workers, change it, then `manage.py rebuild_lanes --forget-shards
+# <the tags no longer used>`. On a Redis Cluster, a process warns when the shards' tags
+# crowd onto fewer masters than they could use, naming a SCHEDULER_SHARD that spreads them.
 SCHEDULER_SHARDS = env_int("SCHEDULER_SHARDS", 1, minimum=1, maximum=64)
 # The shards this process's workers pick from (indexes 0 to SCHEDULER_SHARDS - 1); empty
 # means all. Acks and renewals still go to whichever shard holds a lease.

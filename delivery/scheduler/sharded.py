@@ -16,7 +16,7 @@ from typing import TypeVar
 import redis
 from redis.cluster import RedisCluster
 
-from . import snapshot
+from . import placement, snapshot
 from .scheduler import Scheduler
 from .values import Item, Lease, PickResult, Snapshot, TenantRow
 
@@ -74,6 +74,8 @@ class ShardedScheduler:
             Scheduler.from_settings(connection, shard=base + i)
             for i in range(settings.SCHEDULER_SHARDS)
         ]
+        if isinstance(connection, RedisCluster):
+            placement.warn_if_crowded(connection, [shard.shard for shard in shards])
         return cls(shards, pick_from=settings.SCHEDULER_PICK_SHARDS)
 
     def shard_for(self, endpoint_id: int) -> Scheduler:

@@ -132,3 +132,22 @@ def test_a_schedule_in_the_format_before_21_is_rebuilt_by_the_first_sweep(redis_
     assert scheduler.snapshot().fresh_depth == 2  # the rows, not the stale entry
     assert scheduler.epoch() is not None
     assert not redis_conn.exists(old_epoch)
+
+
+def test_rebuild_lanes_forgets_the_shards_named_and_refuses_those_in_use(redis_conn) -> None:
+    """After SCHEDULER_SHARD or SCHEDULER_SHARDS changed, the old tags' schedules go too."""
+    open_deliveries(2)
+    old = Scheduler(redis_conn, shard=9)
+    old.enqueue([Item(new_ulid(), None, 1)])
+    assert list(redis_conn.scan_iter(match="wh:{9}:*"))
+    in_use = get_scheduler().shards[0].shard
+
+    with pytest.raises(CommandError, match="names shards in use"):
+        call_command("rebuild_lanes", forget_shards=f"9,{in_use}")
+    with pytest.raises(CommandError, match="comma-separated"):
+        call_command("rebuild_lanes", forget_shards="nine")
+    assert list(redis_conn.scan_iter(match="wh:{9}:*"))  # refused: nothing done
+
+    call_command("rebuild_lanes", forget_shards="9")
+    assert not list(redis_conn.scan_iter(match="wh:{9}:*"))
+    assert get_scheduler().snapshot().fresh_depth == 2
