@@ -23,6 +23,8 @@ _OUTCOME = re.compile(r"[a-z_]{1,32}")
 # Requests per second a rate may be: token clocks run on epoch seconds (~1.8e9), exact to
 # a fraction of a microsecond, so intervals stay well above that.
 MAX_RATE = 10_000.0
+# The shortest BLPOP a wait asks for: 2 ms, so that no server reads it as 0 (see wait()).
+MIN_BLOCK_SECONDS = 0.002
 
 
 def _rate(value: float | None, what: str) -> str:
@@ -222,6 +224,10 @@ class Scheduler:
         limit = self.connection.get_connection_kwargs().get("socket_timeout")
         if limit:
             timeout = max(0.01, min(timeout, limit * 0.8))
+        # Redis before 7 truncates a BLPOP timeout to whole milliseconds and takes 0 for
+        # "block forever": a wait under 1 ms (work due that soon) would then sleep until
+        # some other wake-up came, maybe never on an idle system.
+        timeout = max(timeout, MIN_BLOCK_SECONDS)
         with contextlib.suppress(redis.TimeoutError):
             self.connection.blpop([self.keys.wake, *also], timeout=timeout)
 

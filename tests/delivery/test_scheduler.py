@@ -585,6 +585,21 @@ def test_wait_sleeps_until_the_timeout_when_nothing_happens(scheduler_conn):
     assert 0.25 <= time.monotonic() - started < 2
 
 
+def test_a_wait_under_a_millisecond_ends_on_every_server(scheduler_conn):
+    """Work due in under a millisecond gives such a wait; Redis 6 truncates a BLPOP
+    timeout to whole milliseconds and reads 0 as "block forever"."""
+    sched = Scheduler(scheduler_conn)
+    for timeout in (0.0004, 0.000001, 0.001):
+        waiter = threading.Thread(target=sched.wait, args=(timeout,))
+        waiter.start()
+        waiter.join(3)
+        ended = not waiter.is_alive()
+        if not ended:
+            sched.enqueue(batch(1, 1, 1))  # a wake-up lets the stuck waiter go
+            waiter.join(5)
+        assert ended, f"wait({timeout}) still blocked after 3 s"
+
+
 def test_epoch_marks_a_rebuilt_schedule_and_clear_removes_every_key(scheduler_conn):
     sched = Scheduler(scheduler_conn, shard=3)
     other = Scheduler(scheduler_conn, shard=4)
