@@ -26,14 +26,20 @@ def _version(session: psycopg.Connection) -> int:
     return session.execute(f"SELECT v FROM {config_cache.VERSION_TABLE}").fetchone()[0]  # noqa: S608
 
 
-def _wait_until(observer: psycopg.Connection, pid: int, done, within: float = 30.0) -> None:
-    """Until the backend `pid` is in a state `done(wait_event_type, state)` accepts."""
+def _wait_until(
+    observer: psycopg.Connection,
+    pid: int,
+    *,
+    or_until: threading.Event | None = None,
+    within: float = 30.0,
+) -> None:
+    """Until the backend `pid` waits for a lock (or `or_until` is set)."""
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (or_until and or_until.is_set()):
         row = observer.execute(
-            "SELECT wait_event_type, state FROM pg_stat_activity WHERE pid = %s", [pid]
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
         ).fetchone()
-        if row and done(*row):
+        if row and row[0] == "Lock":
             return
         time.sleep(0.02)
 
@@ -60,12 +66,14 @@ def test_two_transactions_changing_endpoints_do_not_deadlock_on_the_version():
     ):
         before = _version(observer)
         errors: list[BaseException] = []
+        b_changed = threading.Event()
 
         def other_transaction() -> None:
             try:
                 _set_max_in_flight(b, second.pk, 3)
+                b_changed.set()
                 # Commit only once A waits for this row: the order a deadlock needs.
-                _wait_until(b_observer, a.info.backend_pid, lambda waiting, _: waiting == "Lock")
+                _wait_until(b_observer, a.info.backend_pid)
                 b.commit()
             except BaseException as error:
                 errors.append(error)
@@ -74,12 +82,9 @@ def test_two_transactions_changing_endpoints_do_not_deadlock_on_the_version():
         _set_max_in_flight(a, first.pk, 2)
         other = threading.Thread(target=other_transaction)
         other.start()
-        # B's change is made (before the fix: B waits for the version row).
-        _wait_until(
-            observer,
-            b.info.backend_pid,
-            lambda waiting, state: waiting == "Lock" or state == "idle in transaction",
-        )
+        # B's change is made (before the fix: B waits for the version row). Not read from
+        # B's state: between psycopg's BEGIN and the UPDATE, B is "idle in transaction" too.
+        _wait_until(observer, b.info.backend_pid, or_until=b_changed)
         _set_max_in_flight(a, second.pk, 4)
         a.commit()
         other.join(timeout=60)
