@@ -81,9 +81,13 @@ def test_processes_racing_hand_out_each_delivery_once_within_caps(
     ctx = multiprocessing.get_context("fork")
     results, producers_done = ctx.Queue(), ctx.Event()
     url = scheduler_redis_url
-    producers = [ctx.Process(target=produce, args=(url, i, results)) for i in range(PRODUCERS)]
+    # Daemons: if the test fails (a consumer never sees the schedule empty), they end with
+    # the session instead of holding its exit (their queue's feeder waits for a reader).
+    producers = [
+        ctx.Process(target=produce, args=(url, i, results), daemon=True) for i in range(PRODUCERS)
+    ]
     consumers = [
-        ctx.Process(target=consume, args=(url, 100 + i, producers_done, results))
+        ctx.Process(target=consume, args=(url, 100 + i, producers_done, results), daemon=True)
         for i in range(CONSUMERS)
     ]
     for process in consumers + producers:
