@@ -23,6 +23,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 
+from core import prepared_statements
+
 # Fields whose Python value is already what both SQLite and psycopg take as a parameter.
 _PLAIN_FIELDS = (
     models.CharField,
@@ -223,9 +225,10 @@ def as_one_statement(
 
 
 def execute_one_statement(prepared: Sequence[Prepared], statement: tuple[str, list[Any]]) -> None:
-    """Run as_one_statement()'s `statement` for `prepared`."""
-    with connection.cursor() as cursor:
-        cursor.execute(*statement)
+    """Run as_one_statement()'s `statement` for `prepared`: as a prepared statement where
+    it may be (core.prepared_statements), since one caller runs the same few statements
+    on every request."""
+    prepared_statements.execute(*statement)
     _mark_saved(prepared)
 
 

@@ -130,6 +130,9 @@ def _database_config() -> dict:
 
 
 DATABASES = _database_config()
+# PostgreSQL: ingest's write statement is prepared once per connection, then only bound
+# (core.prepared_statements). Off behind a pooler that cannot carry prepared statements.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: the schedule. Unset means a private redis-server on a unix socket under var/.
