@@ -28,9 +28,34 @@ def _encode(value: int) -> str:
     )
 
 
+# The millisecond last encoded and its 10 characters: ids come in runs of one
+# millisecond (a batch's 1,000), and the time's characters are a ULID's own, aligned.
+_last_time: tuple[int, str] = (-1, "")
+
+
 def new_ulid(now_ms: int | None = None) -> str:
+    """A ULID of `now_ms` (default: now) and 80 random bits. The time's 10 characters are
+    kept from the last call, and the 80 bits are 8 pairs written out: 1.8 µs an id
+    against 3.0 µs for _encode of the whole value (docs/INGEST.md, "Seventh pass")."""
+    global _last_time
     timestamp = int(time.time() * 1000) if now_ms is None else now_ms
-    return _encode((timestamp << 80) | int.from_bytes(os.urandom(10), "big"))
+    kept_ms, prefix = _last_time  # one tuple: another thread's update is whole or absent
+    if timestamp != kept_ms:
+        prefix = _encode(timestamp << 80)[:10]
+        _last_time = (timestamp, prefix)
+    bits = int.from_bytes(os.urandom(10), "big")
+    pairs = _PAIRS
+    return (
+        prefix
+        + pairs[bits >> 70]
+        + pairs[(bits >> 60) & 1023]
+        + pairs[(bits >> 50) & 1023]
+        + pairs[(bits >> 40) & 1023]
+        + pairs[(bits >> 30) & 1023]
+        + pairs[(bits >> 20) & 1023]
+        + pairs[(bits >> 10) & 1023]
+        + pairs[bits & 1023]
+    )
 
 
 def ulid_time_ms(ulid: str) -> int:

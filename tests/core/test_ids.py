@@ -46,3 +46,14 @@ def test_ids_of_later_milliseconds_sort_later():
 
     assert ids == sorted(ids)
     assert len(set(new_ulid(1_700_000_000_000) for _ in range(1_000))) == 1_000
+
+
+def test_a_new_ulid_is_its_time_and_random_bits_as_the_definition_says(monkeypatch):
+    """new_ulid writes the time's characters (kept from the last call) and the 80 random
+    bits apart: together they must be the definition's encoding of the whole value."""
+    rng = random.Random(22)
+    times = [rng.getrandbits(48) for _ in range(50)] + [0, 2**48 - 1]
+    for now_ms in times:
+        for bits in (0, 2**80 - 1, rng.getrandbits(80), rng.getrandbits(80)):
+            monkeypatch.setattr("os.urandom", lambda n, bits=bits: bits.to_bytes(n, "big"))
+            assert new_ulid(now_ms) == by_definition((now_ms << 80) | bits), (now_ms, bits)
