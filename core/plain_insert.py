@@ -20,10 +20,11 @@ from functools import partial
 from operator import attrgetter
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, models
 from django.utils import timezone
 
 from core import prepared_statements
+from core.database import this_connection, vendor
 
 # Fields whose Python value is already what both SQLite and psycopg take as a parameter.
 _PLAIN_FIELDS = (
@@ -56,7 +57,7 @@ COPY_FROM_ROWS = 6
 
 def _statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
     """The INSERT statement for `model` and its fields, one per placeholder, in order."""
-    key = (connection.vendor, model)
+    key = (vendor(), model)
     if key not in _STATEMENTS:
         fields = [
             field
@@ -75,7 +76,7 @@ def _statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
 
 def _plan(model: type[models.Model]) -> tuple[str, list[_Getter]]:
     """The INSERT statement for `model` and one value getter per column."""
-    key = (connection.vendor, model)
+    key = (vendor(), model)
     if key not in _PLANS:
         sql, fields = _statement(model)
         getters: list[_Getter] = []
@@ -94,13 +95,6 @@ def _plan(model: type[models.Model]) -> tuple[str, list[_Getter]]:
                 getters.append((_prepared, field))
         _PLANS[key] = (sql, getters)
     return _PLANS[key]
-
-
-def _this_connection() -> Any:
-    """The default database's connection of this thread. `django.db.connection` is a proxy
-    that finds it again on every attribute read (a thread-local look-up each), and a
-    field's adapter reads several per value: 40% of preparing a batch's rows."""
-    return connections[DEFAULT_DB_ALIAS]
 
 
 def _bound(getters: list[_Getter], conn: Any) -> list[Callable[[Any], Any]]:
@@ -151,7 +145,9 @@ def prepare_values(model: type[models.Model], rows: Sequence[Mapping[str, Any]])
     columns = [
         (field.attname, None if isinstance(field, _PLAIN_FIELDS) else field) for field in fields
     ]
-    conn = _this_connection()
+    # The connection in hand: a field's adapter reads several of its attributes per
+    # value, each a look-up through django.db.connection (40% of preparing a batch's rows).
+    conn = this_connection()
     return (
         (),
         sql,
@@ -171,7 +167,7 @@ def prepare(objs: Sequence[models.Model]) -> Prepared:
     if not objs:
         return objs, "", []
     sql, plan = _plan(type(objs[0]))
-    getters = _bound(plan, _this_connection())
+    getters = _bound(plan, this_connection())
     return objs, sql, [[getter(obj) for getter in getters] for obj in objs]
 
 
@@ -185,10 +181,10 @@ def execute(prepared: Sequence[Prepared]) -> None:
         for _, sql, rows in prepared:
             if not rows:
                 continue
-            if connection.vendor == "postgresql" and len(rows) >= COPY_FROM_ROWS:
+            if vendor() == "postgresql" and len(rows) >= COPY_FROM_ROWS:
                 _copy(cursor, sql, rows)
                 continue
-            per_statement = max(1, _MAX_PARAMS.get(connection.vendor, 999) // len(rows[0]))
+            per_statement = max(1, _MAX_PARAMS.get(vendor(), 999) // len(rows[0]))
             for start in range(0, len(rows), per_statement):
                 cursor.execute(*_multi_row(sql, rows[start : start + per_statement]))
     _mark_saved(prepared)
@@ -212,7 +208,7 @@ def as_one_statement(
     COMMIT took four (ingest's accepted event; docs/INGEST.md has the figures). Foreign
     keys between the rows hold: PostgreSQL checks them at the end of the statement (and
     Django declares them deferred, checked at commit)."""
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         return None
     parts = [_multi_row(sql, rows) for _, sql, rows in prepared if rows]
     parts += also
@@ -233,9 +229,8 @@ def execute_one_statement(prepared: Sequence[Prepared], statement: tuple[str, li
 
 
 def _mark_saved(prepared: Sequence[Prepared]) -> None:
-    # The alias read once: each read through Django's connection proxy is a thread-local
-    # look-up (~1.5 µs measured; 7% of a publish batch's Python when read per object).
-    alias = connection.alias
+    # Every write here goes through django.db.connection, the default database's.
+    alias = DEFAULT_DB_ALIAS
     for objs, _, _ in prepared:
         for obj in objs:
             state = obj._state

@@ -24,6 +24,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core import plain_insert, plain_instances, plain_select
+from core.database import this_connection, vendor
 from core.ids import new_ulid, ulid_time_ms
 from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
@@ -60,7 +61,7 @@ _SQL: dict[str, dict[str, str]] = {}
 
 
 def _sql(name: str) -> str:
-    statements = _SQL.get(connection.vendor)
+    statements = _SQL.get(vendor())
     if statements is None:
         quote = connection.ops.quote_name
         source, secret, endpoint, tenant, through = (
@@ -68,11 +69,7 @@ def _sql(name: str) -> str:
             for model in (Source, SourceSecret, Endpoint, Tenant, Source.destinations.through)
         )
         # The configuration's version in the same statement as the source (config_cache).
-        version = (
-            f"({config_cache.version_sql()})"
-            if connection.vendor in config_cache.VENDORS
-            else "NULL"
-        )
+        version = f"({config_cache.version_sql()})" if vendor() in config_cache.VENDORS else "NULL"
         # Identifiers from model metadata, quoted; every value is a query parameter.
         statements = {
             # The source with its secrets and their expiry, newest first: one row per
@@ -97,7 +94,7 @@ def _sql(name: str) -> str:
                 f" ORDER BY {quote('id')}"
             ),
         }
-        _SQL[connection.vendor] = statements
+        _SQL[vendor()] = statements
     return statements[name]
 
 
@@ -294,7 +291,7 @@ def _store(
             # key and look across the days in the write's own statement, or else (in a
             # caller's transaction) before the write in the same transaction.
             guard = idempotency.guard(identity, event.id)
-            if not connection.in_atomic_block and _checked_write(
+            if not this_connection().in_atomic_block and _checked_write(
                 inserts, counted, [guard, *checks]
             ):
                 enqueue_on_commit(deliveries)
@@ -373,7 +370,7 @@ def _write(
         calls = ", ".join(call for call, _ in checks)
         also.append((f"SELECT {calls}", [value for _, params in checks for value in params]))
     statement = plain_insert.as_one_statement(inserts, also)
-    if statement is not None and (own_transaction or not connection.in_atomic_block):
+    if statement is not None and (own_transaction or not this_connection().in_atomic_block):
         plain_insert.execute_one_statement(inserts, statement)
         return True
     if checks:
@@ -410,7 +407,7 @@ _LOOKUP_CHUNK = 500  # keys per query: well within every database's parameter li
 def _stored_events(identities: set[tuple], skip: Partition | None = None) -> dict[tuple, Event]:
     """The events already stored under these (kind, scope pk, key) identities; on
     PostgreSQL not looking in the partition `skip`."""
-    if connection.vendor == "postgresql":
+    if vendor() == "postgresql":
         # Pair by pair (ingest.idempotency.stored_ids): the query below let PostgreSQL's
         # planner read every row of the batch's tenants. The events found, if any, by pk.
         ids = idempotency.stored_ids(identities, skip)

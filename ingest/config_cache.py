@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from core.database import vendor
 from tenants.models import Endpoint, Tenant
 
 VERSION_TABLE = "webhooks_config_version"  # webhooks migration 0006
@@ -73,13 +74,13 @@ class Stale(Exception):
 
 def enabled() -> bool:
     """Whether look-ups may be kept: the setting, and a database with the version table."""
-    return settings.INGEST_CONFIG_CACHE and connection.vendor in VENDORS
+    return settings.INGEST_CONFIG_CACHE and vendor() in VENDORS
 
 
 def version_sql() -> str:
     """The query for the configuration's version, for the database in use: no row where
     it cannot be trusted (see _CHANGED_HERE)."""
-    return VERSION_SQL + _CHANGED_HERE.get(connection.vendor, "")
+    return VERSION_SQL + _CHANGED_HERE.get(vendor(), "")
 
 
 def current_version() -> int | None:
@@ -204,7 +205,7 @@ class Lookups:
 def lookups(*, assume: bool = False) -> Lookups:
     """The look-ups for one request (no query yet). `assume`: the caller's write checks
     the version (PostgreSQL's one write statement), so none is read up front."""
-    return Lookups(keep=enabled(), assume=assume and connection.vendor == "postgresql")
+    return Lookups(keep=enabled(), assume=assume and vendor() == "postgresql")
 
 
 def unexpired(secrets: list[tuple[str, datetime | None]], now: datetime | None = None) -> list[str]:

@@ -14,8 +14,9 @@ constraints do it all and the lock is not taken; `stored_ids` serves any Postgre
 
 import time
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 
+from core.database import this_connection, vendor
 from core.ids import ulid_floor
 from delivery import partitions
 from webhooks.models import Event
@@ -26,9 +27,9 @@ _in_use: set[tuple[str, str]] = set()
 def spans_partitions() -> bool:
     """Whether keys must be checked across partitions. Cached once true: tables are never
     un-partitioned, and the catalog query is not for every request."""
-    if connection.vendor != "postgresql":
+    if vendor() != "postgresql":
         return False
-    database = (connection.alias, connection.settings_dict["NAME"])
+    database = (DEFAULT_DB_ALIAS, this_connection().settings_dict["NAME"])
     if database in _in_use:
         return True
     if partitions.in_use():
@@ -127,7 +128,7 @@ _RANGES_MAX_AGE_S = 60.0
 def own_partition(own_id: str) -> partitions.Partition | None:
     """The ranged partition `own_id` goes to, or None when it goes to the default
     partition (whose rows are of any range)."""
-    database = (connection.alias, connection.settings_dict["NAME"])
+    database = (DEFAULT_DB_ALIAS, this_connection().settings_dict["NAME"])
     read_at, ranges = _ranges.get(database, (-_RANGES_MAX_AGE_S, []))
     for _ in range(2):
         for one in ranges:
