@@ -120,7 +120,14 @@ def main() -> None:
     (workdir / "var").mkdir()
     database_url = prepare_database(opts.database_url, workdir)
     clean_redis(opts.redis_url, REDIS_MARKER).close()
-    env = {**base_env(database_url, opts.redis_url, workdir), "ALLOWED_HOSTS": "127.0.0.1"}
+    env = {
+        **base_env(database_url, opts.redis_url, workdir),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        # The child reads its PostgreSQL backend's CPU from /proc/<pid>: with the default
+        # 60 s the request cycle replaced the connection during long runs, and the batch's
+        # database CPU read NaN (its first backend was gone).
+        "DB_CONN_MAX_AGE": "86400",
+    }
     token = prepare(opts, env)
     trees = [str(Path(tree).resolve()) for tree in opts.trees.split(",")]
     runs: dict[str, list[dict]] = {tree: [] for tree in trees}
