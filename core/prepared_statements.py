@@ -5,10 +5,10 @@ Django binds parameters on the client (psycopg's ClientCursor quotes every value
 the SQL text) and turns psycopg's prepared statements off, so that connection poolers
 keep working. For ingest's one write statement per accepted event (a CTE of ~34
 parameters) that means PostgreSQL parses, analyses and plans the same text on every
-request: 0.13 of its 0.50 ms of server CPU per event, and the quoting is a tenth of the
-request's Python (docs/INGEST.md, "Seventh pass"). Here that statement alone goes
-through a server-binding cursor, prepared on its first run on each connection; every
-other query stays Django's.
+request: 0.07 to 0.13 ms of its 0.50 to 0.58 ms of server CPU per event, measured side
+by side, and the quoting was a tenth of the request's Python (docs/INGEST.md, "Seventh
+pass"). Here that statement alone goes through a server-binding cursor, prepared on its
+first run on each connection; every other query stays Django's.
 
 `DB_PREPARED_STATEMENTS=off` turns this off. A pooler that cannot carry prepared
 statements (PgBouncer in transaction mode before 1.21, or without
@@ -23,8 +23,10 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DatabaseError
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+from core.database import this_connection
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +39,7 @@ _refused: list[str] = []  # the error that turned preparing off in this process
 def execute(sql: str, params: Sequence[Any]) -> None:
     """Run `sql` once with `params`: prepared where it can be (PostgreSQL, the setting
     on, outside a transaction), otherwise through Django's cursor as any query."""
-    # The connection looked up once: each read through django.db.connection is a
-    # thread-local look-up (~1.5 µs).
-    connection = connections[DEFAULT_DB_ALIAS]
+    connection = this_connection()
     if not _may_prepare(connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
