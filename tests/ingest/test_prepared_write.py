@@ -114,13 +114,32 @@ def test_a_name_taken_on_the_server_is_run_again_unprepared(
     assert Event.objects.count() == 3
 
 
+def test_a_stream_of_duplicates_leaves_no_statement_behind(client, shop_source) -> None:  # noqa: F811
+    """psycopg prepares a statement new to the connection, then runs it; a failed first
+    run (here a duplicate key) left the statement on the server, one per request until a
+    run of that text succeeded: a provider retrying duplicates on a fresh connection."""
+    _warm(client)
+    body = b'{"warm": 1}'
+    connection.close()  # a fresh connection: nothing prepared, nothing known to psycopg
+    for _ in range(12):
+        again = post_shopify(client, body, HTTP_X_SHOPIFY_EVENT_ID=body.decode())
+        assert again.status_code == 200 and again.json()["duplicate"] is True
+    # At most the statement of the configuration's first read: none for the duplicates.
+    assert len(_prepared_here()) <= 1, _prepared_here()
+    assert prepared_statements._refused == []
+    _accepted(client, b'{"id": "after"}')  # and preparing still works
+
+
 def test_other_errors_are_raised_as_django_errors(shop_source) -> None:  # noqa: F811
     event = Event.objects.first() or None
     assert event is None
     sql = 'INSERT INTO "webhooks_source" ("id", "slug") SELECT "id", "slug" FROM "webhooks_source"'
-    with pytest.raises(IntegrityError):
-        prepared_statements.execute(sql, [])
+    connection.close()
+    for _ in range(5):
+        with pytest.raises(IntegrityError):
+            prepared_statements.execute(sql, [])
     assert prepared_statements._refused == []
+    assert _prepared_here() == []  # each failed first run's statement was deallocated
 
 
 def test_inside_a_transaction_django_cursor_runs_it(shop_source) -> None:  # noqa: F811
