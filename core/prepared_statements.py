@@ -17,6 +17,7 @@ exists"; that error comes before the statement runs, so the statement is run aga
 unprepared, a warning names the setting, and this process prepares nothing more.
 """
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -89,18 +90,21 @@ def _drop_orphans(raw: Any, issued: int) -> None:
     (measured: 300 failures left 300 statements). psycopg offers no public way to see
     its names; if this one keeps them elsewhere, preparing is turned off rather than
     leaking."""
-    try:
-        now, kept = raw._prepared._prepared_idx, set(raw._prepared._names.values())
-    except AttributeError:
-        now, kept = -1, set()
+    now = _names_issued(raw)
     if issued < 0 or now < 0:
         _turn_off("psycopg's prepared-statement names cannot be read (not 3.x as tested).")
         return
+    if now == issued or raw.closed or raw.broken:
+        return  # nothing new was parsed, or the statements went with the connection
+    kept = set(raw._prepared._names.values())
     for index in range(issued, now):
         name = f"_pg3_{index}".encode()
         if name not in kept:
-            # A name whose Parse failed was never created: its DEALLOCATE fails, harmlessly.
-            raw.pgconn.exec_(b'DEALLOCATE "' + name + b'"')
+            # Best effort, under the caller's error: a name whose Parse failed was never
+            # created (the server answers with an error result, not an exception), and a
+            # connection lost meanwhile must not turn a Django error into psycopg's.
+            with contextlib.suppress(psycopg.Error):
+                raw.pgconn.exec_(b'DEALLOCATE "' + name + b'"')
 
 
 def _may_prepare(connection: Any) -> bool:

@@ -3,8 +3,9 @@
 
 import logging
 
+import psycopg
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from core import prepared_statements
 from delivery.models import Delivery
@@ -140,6 +141,19 @@ def test_other_errors_are_raised_as_django_errors(shop_source) -> None:  # noqa:
             prepared_statements.execute(sql, [])
     assert prepared_statements._refused == []
     assert _prepared_here() == []  # each failed first run's statement was deallocated
+
+
+def test_a_connection_lost_in_a_first_run_raises_django_s_error(shop_source) -> None:  # noqa: F811
+    """The clean-up after a failed first run must not turn a lost connection's Django
+    error (a 503 for ingest) into a psycopg one."""
+    prepared_statements.execute("SELECT %s::int", [1])
+    pid = connection.connection.info.backend_pid
+    with psycopg.connect(**connection.get_connection_params()) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(OperationalError):
+        prepared_statements.execute("SELECT %s::int + 1", [1])  # a new text: parsed first
+    connection.close()
+    assert prepared_statements._refused == []
 
 
 def test_inside_a_transaction_django_cursor_runs_it(shop_source) -> None:  # noqa: F811
