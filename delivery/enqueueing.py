@@ -47,21 +47,60 @@ def reset_scheduler() -> None:
 
 def item_for(delivery: Delivery) -> Item:
     """The scheduler's view of a delivery; needs `tenant` and `endpoint` loaded."""
+    return items_for([delivery])[0]
+
+
+def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
+    """item_for() of each delivery. What comes from a delivery's tenant and endpoint is
+    worked out once per pair, since a publish batch's 500 deliveries mostly share a few
+    (timeit: 4.7-5.7 µs a delivery one by one, 2.2-3.0 µs so, of the ~0.1 ms of Python a
+    batch event costs). Pairs are told apart by pk: one call's deliveries were loaded
+    together, so two copies of one tenant or endpoint hold the same values."""
+    lanes: dict[tuple, tuple] = {}
+    items = []
+    for delivery in deliveries:
+        pair = (delivery.tenant_id, delivery.endpoint_id)
+        lane = lanes.get(pair)
+        if lane is None:
+            lane = lanes[pair] = _lane_of(delivery)
+        tenant_id, endpoint_id, weight, caps, retry_caps, endpoint_rate, tenant_rate = lane
+        retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
+        due_at = None
+        if retrying and delivery.next_attempt_at:
+            due_at = delivery.next_attempt_at.timestamp()
+        items.append(
+            Item(
+                delivery.id,
+                tenant_id,
+                endpoint_id,
+                weight,
+                caps,
+                retry_caps,
+                _RETRY_LANE if retrying else _FRESH_LANE,
+                due_at,
+                endpoint_rate,
+                tenant_rate,
+            )
+        )
+    return items
+
+
+_FRESH_LANE = SCHEDULER_LANE[Delivery.Lane.FRESH]
+_RETRY_LANE = SCHEDULER_LANE[Delivery.Lane.RETRY]
+
+
+def _lane_of(delivery: Delivery) -> tuple:
+    """Item's fields after the id that depend on the tenant and endpoint alone."""
     tenant, endpoint = delivery.tenant, delivery.endpoint
-    retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
-    due_at = delivery.next_attempt_at.timestamp() if retrying and delivery.next_attempt_at else None
-    return Item(
-        delivery_id=delivery.id,
-        tenant_id=tenant.pk if tenant else None,
-        endpoint_id=endpoint.pk,
-        weight=tenant.weight if tenant else 1,
-        max_in_flight=endpoint.max_in_flight,
-        retry_max_in_flight=endpoint.retry_max_in_flight,
-        lane=SCHEDULER_LANE[Delivery.Lane.RETRY if retrying else Delivery.Lane.FRESH],
-        due_at=due_at,
-        endpoint_rate=endpoint.effective_rate_per_second(),
+    return (
+        tenant.pk if tenant else None,
+        endpoint.pk,
+        tenant.weight if tenant else 1,
+        endpoint.max_in_flight,
+        endpoint.retry_max_in_flight,
+        endpoint.effective_rate_per_second(),
         # The fallback lane (no tenant) has no tenant rate: it is many unknown senders.
-        tenant_rate=tenant.effective_rate_per_second() if tenant else None,
+        tenant.effective_rate_per_second() if tenant else None,
     )
 
 
@@ -70,7 +109,7 @@ def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
     if not deliveries:
         return True
     try:
-        get_scheduler().enqueue([item_for(delivery) for delivery in deliveries])
+        get_scheduler().enqueue(items_for(deliveries))
     except redis.RedisError as exc:
         # With shards, those that answered have their deliveries already: flag the rest
         # only, or the sweeper would enqueue those twice.

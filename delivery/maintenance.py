@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from redis.exceptions import LockError
 from redis.lock import Lock
 
-from delivery.enqueueing import get_scheduler, item_for
+from delivery.enqueueing import get_scheduler, items_for
 from delivery.history import sample_quietly
 from delivery.models import Delivery
 from delivery.partitions import maintain_quietly
@@ -98,7 +98,7 @@ def _rebuild(shard: Scheduler, lock: Lock, progress: Callable[[int], None] | Non
         # Every shard's rebuild reads all open rows: rebuilds are rare, and the shard of a
         # row is a function of its endpoint that only the scheduler knows.
         mine = [d for d in batch if router.shard_for(d.endpoint_id) is shard]
-        shard.enqueue([item_for(delivery) for delivery in mine])
+        shard.enqueue(items_for(mine))
         Delivery.objects.filter(id__in=[d.id for d in mine], needs_schedule=True).update(
             needs_schedule=False
         )
@@ -124,7 +124,7 @@ def schedule_flagged() -> int:
         pending: set[str] = set()
         if open_ones:
             try:
-                scheduler.enqueue([item_for(delivery) for delivery in open_ones])
+                scheduler.enqueue(items_for(open_ones))
             except ShardsUnavailable as exc:
                 pending = set(exc.pending)
         done = [d.id for d in batch if d.id not in pending]

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from core.ids import new_ulid
-from delivery.scheduler import Item, Lease, Scheduler
+from delivery.scheduler import FRESH, RETRY, Item, Lease, Scheduler
 from tests.scheduler_helpers import (
     T0,
     FakeClock,
@@ -633,6 +633,62 @@ def test_database_rates_reach_the_schedule(settings, django_capture_on_commit_ca
     assert snap.endpoints == [] or snap.endpoints[0].rate_per_second is None
     assert snap.tenants[0].rate_per_second == 1.0
     reset_scheduler()
+
+
+@pytest.mark.django_db
+def test_items_for_a_group_are_each_delivery_s_own(settings):
+    """items_for works out a tenant's and an endpoint's part once per pair: deliveries
+    of two tenants on one endpoint, one endpoint of another cap, the fallback lane and a
+    retry due later must each still carry their own."""
+    from django.utils import timezone
+
+    from delivery.enqueueing import item_for, items_for
+    from delivery.models import Delivery
+    from tenants.models import Endpoint, Tenant
+
+    settings.TENANT_DEFAULT_RATE_PER_SECOND = 0
+    heavy = Tenant.objects.create(key="heavy.example", weight=3, rate_limit_per_second=4)
+    light = Tenant.objects.create(key="light.example")
+    shared = Endpoint.objects.create(tenant=heavy, url="https://a.example/hook", max_in_flight=5)
+    other = Endpoint.objects.create(
+        tenant=light, url="https://b.example/hook", max_in_flight=1, rate_limit_per_second=2
+    )
+    due = timezone.now() + timezone.timedelta(seconds=30)
+    group = [
+        Delivery(id=new_ulid(), tenant=heavy, endpoint=shared),
+        Delivery(id=new_ulid(), tenant=light, endpoint=shared),
+        Delivery(id=new_ulid(), tenant=light, endpoint=other),
+        Delivery(id=new_ulid(), tenant=None, endpoint=shared),
+        Delivery(
+            id=new_ulid(),
+            tenant=heavy,
+            endpoint=shared,
+            status=Delivery.Status.RETRY_SCHEDULED,
+            next_attempt_at=due,
+        ),
+        Delivery(id=new_ulid(), tenant=heavy, endpoint=shared),
+    ]
+    items = items_for(group)
+    assert items == [item_for(delivery) for delivery in group]
+    assert [(i.tenant_id, i.endpoint_id, i.weight, i.max_in_flight) for i in items] == [
+        (heavy.pk, shared.pk, 3, 5),
+        (light.pk, shared.pk, 1, 5),
+        (light.pk, other.pk, 1, 1),
+        (None, shared.pk, 1, 5),
+        (heavy.pk, shared.pk, 3, 5),
+        (heavy.pk, shared.pk, 3, 5),
+    ]
+    assert [(i.endpoint_rate, i.tenant_rate) for i in items] == [
+        (None, 4.0),
+        (None, None),
+        (2.0, None),
+        (None, None),
+        (None, 4.0),
+        (None, 4.0),
+    ]
+    assert [i.lane for i in items] == [FRESH, FRESH, FRESH, FRESH, RETRY, FRESH]
+    assert items[4].due_at == due.timestamp() and items[5].due_at is None
+    assert [i.delivery_id for i in items] == [d.id for d in group]
 
 
 def test_an_item_without_rates_is_unlimited():
