@@ -3,6 +3,7 @@ not a test:
 
     .venv/bin/python bench/shards.py [--json] [--deliveries 20000] [--rounds 3]
         [--against DIR]  # also an older checkout's scripts, interleaved, same server
+        [--by-command]  # also each call's commands split by command
         [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
         [--pick 4]  # leases per pick (32 by default)
 
@@ -21,6 +22,10 @@ tight caps on some, and a share of first attempts that fail once and are retried
 - `deliveries_per_s_by_shards`: S processes, each running the same loop on its own
   shard's keys (`wh:{N}:`) on the one server, all started together: deliveries finished
   per second of wall time. Scheduler only: on two cores, Redis and the loops compete.
+
+`--by-command` adds one more run that reads INFO commandstats around every call and reports,
+per call (enqueue, pick, answered, retry_later, ack), the commands its script ran per
+delivery, split by command, and the server's time in that call's scripts.
 
 `--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
 runs that checkout's scripts and this one's on the same workload, interleaved call by
@@ -278,6 +283,44 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     return out
 
 
+def by_command(conn: redis.Redis, args: argparse.Namespace) -> dict:
+    """One more run of this checkout's scripts, `INFO commandstats` read around every
+    call: per delivery, the commands each call ran inside its script, by command, and the
+    server's time in that call's scripts. Where the commands go, for whoever cuts them."""
+    sched = Scheduler(conn, shard=0)
+    sched.clear()
+    commands: dict[str, Counter] = {}
+    usec: Counter = Counter()
+    outer = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
+    work = mix(args.deliveries, args.tenants, args.seed)
+    calls = steps(sched, work, args.seed)
+    while True:
+        before = conn.info("commandstats")
+        try:
+            call = next(calls)
+        except StopIteration:
+            break
+        after = conn.info("commandstats")
+        mine = commands.setdefault(call, Counter())
+        for key, stats in after.items():
+            was = before.get(key, {"calls": 0, "usec": 0})
+            if key == "cmdstat_info" or stats["calls"] == was["calls"]:
+                continue
+            if key in outer:
+                usec[call] += stats["usec"] - was["usec"]
+            else:
+                mine[key.removeprefix("cmdstat_")] += stats["calls"] - was["calls"]
+    n = len(work)
+    return {
+        call: {
+            "commands_per_delivery": sum(counts.values()) / n,
+            "script_us_per_delivery": usec[call] / n,
+            "by_command": {name: count / n for name, count in counts.most_common()},
+        }
+        for call, counts in commands.items()
+    }
+
+
 def medians(rounds: list[dict]) -> dict:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
@@ -297,6 +340,12 @@ def main() -> None:
         help="also report the costs with this SCHEDULER_TURN_SIZE (the default is 1)",
     )
     parser.add_argument("--against", type=Path, help="an older checkout to compare with")
+    parser.add_argument(
+        "--by-command",
+        action="store_true",
+        help="also one run that splits each call's commands by command (INFO commandstats "
+        "around every call)",
+    )
     parser.add_argument(
         "--mix",
         choices=MIXES,
@@ -341,6 +390,8 @@ def main() -> None:
             }
             if args.against:
                 results["against"] = against(conn, args.against.resolve(), args)
+            if args.by_command:
+                results["by_call"] = by_command(conn, args)
         finally:
             server.stop()
     results["mix"] = args.mix
