@@ -205,14 +205,18 @@ def by_shards(url: str, shards: int, n: int, tenants: int, seed: int) -> float:
     return shards * n / seconds
 
 
+# The script calls themselves, in INFO commandstats; every other command there is a script's
+# own redis.call() (or INFO).
+SCRIPT_CALLS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
+
+
 def script_counts(conn: redis.Redis) -> tuple[int, int, int]:
     """(microseconds the server spent in scripts, of those in the scripts' commands,
     commands run) so far, INFO left out."""
     stats = conn.info("commandstats")
     calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
-    outer = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")  # the scripts' own calls
-    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", *outer))
-    return sum(stats.get(k, {}).get("usec", 0) for k in outer), inner, calls
+    inner = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", *SCRIPT_CALLS))
+    return sum(stats.get(k, {}).get("usec", 0) for k in SCRIPT_CALLS), inner, calls
 
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
@@ -291,7 +295,6 @@ def by_command(conn: redis.Redis, args: argparse.Namespace) -> dict:
     sched.clear()
     commands: dict[str, Counter] = {}
     usec: Counter = Counter()
-    outer = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
     work = mix(args.deliveries, args.tenants, args.seed)
     calls = steps(sched, work, args.seed)
     while True:
@@ -306,7 +309,7 @@ def by_command(conn: redis.Redis, args: argparse.Namespace) -> dict:
             was = before.get(key, {"calls": 0, "usec": 0})
             if key == "cmdstat_info" or stats["calls"] == was["calls"]:
                 continue
-            if key in outer:
+            if key in SCRIPT_CALLS:
                 usec[call] += stats["usec"] - was["usec"]
             else:
                 mine[key.removeprefix("cmdstat_")] += stats["calls"] - was["calls"]

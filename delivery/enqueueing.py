@@ -23,6 +23,8 @@ _scheduler: Scheduler | ShardedScheduler | None = None
 # The one place the database's lanes meet the scheduler's words for them: the scheduler
 # is a library of its own (no Django, no models) and names its lanes itself.
 SCHEDULER_LANE = {Delivery.Lane.FRESH: scheduler.FRESH, Delivery.Lane.RETRY: scheduler.RETRY}
+_FRESH_LANE = SCHEDULER_LANE[Delivery.Lane.FRESH]
+_RETRY_LANE = SCHEDULER_LANE[Delivery.Lane.RETRY]
 
 
 def get_scheduler() -> Scheduler | ShardedScheduler:
@@ -83,10 +85,6 @@ def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
             )
         )
     return items
-
-
-_FRESH_LANE = SCHEDULER_LANE[Delivery.Lane.FRESH]
-_RETRY_LANE = SCHEDULER_LANE[Delivery.Lane.RETRY]
 
 
 def _lane_of(delivery: Delivery) -> tuple:
