@@ -411,12 +411,22 @@ class DeliveryEngine:
                     logger.warning("could not pause endpoint %s: %s", pause.endpoint_id, exc)
                 finally:
                     self._free_room()
-            leases = [item for item in items if not isinstance(item, _Pause)]
+            leases = self._unsettled([item for item in items if not isinstance(item, _Pause)])
+            if not leases:
+                continue
             try:
                 self.scheduler.answered(leases)
             except redis.RedisError as exc:
                 # Nothing is lost: the recorder's acknowledgement frees the slots too.
                 logger.warning("could not free %d endpoint slots early: %s", len(leases), exc)
+
+    def _unsettled(self, leases: list[Lease]) -> list[Lease]:
+        """The leases the recorder has not acknowledged yet. Acknowledged, their slots
+        are free already: through the real workers the recorder mostly got there first,
+        and the releaser's call then looked each lease up for nothing. (One the recorder
+        is still recording stays: a busy database must not hold its slot.)"""
+        with self._leases_lock:
+            return [lease for lease in leases if self._leases.get(lease.delivery_id) is lease]
 
     # --- recorder: group commits, then one acknowledgement per group -----------------
 

@@ -46,12 +46,12 @@ _PARTS = {
 _BODY = "local function {name}(KEYS, ARGV)\n{text}\nend\n"
 _EVAL_CALL = (
     "begin(KEYS, ARGV)\nlocal result = body(KEYS, ARGV)\n"
-    "flush_grants()\nflush_stats()\nreturn result\n"
+    "give_back_done()\nflush_grants()\nflush_stats()\nreturn result\n"
 )
 _REGISTER = (
     "redis.register_function('{function}', function(keys, argv)\n"
     "  begin(keys, argv)\n  local result = {body}(keys, argv)\n"
-    "  flush_grants()\n  flush_stats()\n  return result\nend)\n"
+    "  give_back_done()\n  flush_grants()\n  flush_stats()\n  return result\nend)\n"
 )
 
 

@@ -3,8 +3,9 @@
 -- must survive worker restarts), ARGV[5..] lease members.
 -- Returns the ids whose lease was already lost (expired and reclaimed).
 -- A lease's ZREM and SREM say whether it was still held and whether answered.lua freed
--- its slot already, so they stay one per lease. The endpoint's and tenant's counts go
--- down once per run of leases of the same one (a flood's acks are one long run); a
+-- its slot already, so they stay one per lease. The endpoint's and tenant's counts and
+-- slots go down once per run of leases of the same one (a flood's acks are one long
+-- run); a
 -- table of counts per key would cost more Lua than the commands it saves when every
 -- lease is another tenant's.
 local lost = {}
@@ -13,6 +14,7 @@ local released = 0
 local run_e, run_en, run_t, run_tn = nil, 0, nil, 0
 local function endpoint_done()
   if not run_e then return end
+  give_back_done() -- before its hash may go: a retry slot's count lives there
   local ek = endpoint_key(run_e)
   if redis.call('HINCRBY', ek, 'n', -run_en) <= 0 then redis.call('DEL', ek) end
 end

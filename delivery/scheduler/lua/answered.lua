@@ -4,28 +4,19 @@
 -- retry_later, so a worker that dies before recording still has them handed out again.
 -- ARGV[4..] lease members; a lease already released or answered is left alone.
 -- Returns how many slots were freed. Slots are given back once per run of leases on the
--- same endpoint (see ack.lua).
+-- same endpoint (give_back).
 local freed = {}
 local count = 0
-local run_e, run_n, run_r = nil, 0, 0
-local function give_back()
-  if run_e then free_slots(run_e, run_n, run_r) end
-end
 for i = 4, #ARGV do
   local member = ARGV[i]
   if redis.call('ZSCORE', K_LEASES, member) and redis.call('SADD', K_ANSWERED, member) == 1 then
     local _, _, e, k = parse_lease(member)
     count = count + 1
-    if e ~= run_e then
-      give_back()
-      run_e, run_n, run_r = e, 0, 0
-      if freed[#freed] ~= e then freed[#freed + 1] = e end
-    end
-    run_n = run_n + 1
-    if k == 'r' then run_r = run_r + 1 end
+    give_back(e, k)
+    if freed[#freed] ~= e then freed[#freed + 1] = e end
   end
 end
-give_back()
+give_back_done()
 local woken = 0
 if MODE == 'fair' then
   woken = fill_each(freed)

@@ -430,20 +430,33 @@ local function free_slots(e, n, r)
     known.ri = known.ri - r
   end
 end
-local function free_slot(e, k)
-  local r = 0
-  if k == 'r' then r = 1 end
-  free_slots(e, 1, r)
+
+-- Slots given back by a run of leases on one endpoint (a flood's answers, acks and
+-- retries are one long run) cost one ZINCRBY for the run, not one per lease: give_back
+-- counts a slot, give_back_done frees what the run holds. Every script ends with
+-- give_back_done (scripts.py), and one that reads busy counts again calls it first.
+local RUN_E, RUN_N, RUN_R -- the run: its endpoint, slots, retry slots of them
+local function give_back_done()
+  if RUN_E then free_slots(RUN_E, RUN_N, RUN_R) end
+  RUN_E = nil
+end
+local function give_back(e, k)
+  if e ~= RUN_E then
+    give_back_done()
+    RUN_E, RUN_N, RUN_R = e, 0, 0
+  end
+  RUN_N = RUN_N + 1
+  if k == 'r' then RUN_R = RUN_R + 1 end
 end
 
--- Drop a lease and its slot, unless answered.lua freed the slot already (then the 5th
--- result is false). Returns nil when the lease is gone already (expired and reclaimed,
--- maybe handed to another worker): then nothing of the new holder's changes.
+-- Drop a lease and give its slot back (give_back), unless answered.lua did already (then
+-- the 5th result is false). Returns nil when the lease is gone already (expired and
+-- reclaimed, maybe handed to another worker): then nothing of the new holder's changes.
 local function release(member)
   if redis.call('ZREM', K_LEASES, member) == 0 then return nil end
   local id, t, e, k = parse_lease(member)
   local slot_freed = redis.call('SREM', K_ANSWERED, member) == 0
-  if slot_freed then free_slot(e, k) end
+  if slot_freed then give_back(e, k) end
   return id, t, e, k, slot_freed
 end
 
@@ -639,5 +652,5 @@ local function begin(keys, argv)
     K_DUE, K_HOLD = P .. 'due', P .. 'hold'
   end
   STATS_BY, STATS_SET, SEQ, live, HELD = {}, {}, nil, {}, {}
-  RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY = nil, nil, {}, {}
+  RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, RUN_E = nil, nil, {}, {}, nil
 end

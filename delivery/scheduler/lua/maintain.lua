@@ -22,6 +22,7 @@ local function reclaim_expired(limit)
   local freed = {}
   for _, member in ipairs(expired) do
     local id, t, e, k = release(member)
+    give_back_done() -- its slot is free before its lane comes back (activate reads it)
     reenter(t, e, k, id)
     freed[#freed + 1] = e
   end

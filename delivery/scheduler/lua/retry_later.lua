@@ -18,6 +18,7 @@ for i = 4, #ARGV, 2 do
     done[#done + 1] = 0
   end
 end
+give_back_done()
 if retried == 0 then return done end
 count_stat('out:retry', retried)
 local woken = 1 -- a sleeper re-reads when the next delayed delivery is due
