@@ -3,25 +3,40 @@
 -- requests open at once, not the bookkeeping behind them. The leases stay until ack or
 -- retry_later, so a worker that dies before recording still has them handed out again.
 -- ARGV[4..] lease members; a lease already released or answered is left alone.
--- Returns how many slots were freed. Slots are given back once per run of leases on the
--- same endpoint (give_back).
-local freed = {}
-local count = 0
-for i = 4, #ARGV do
-  local member = ARGV[i]
-  if redis.call('ZSCORE', K_LEASES, member) and redis.call('SADD', K_ANSWERED, member) == 1 then
-    local _, _, e, k = parse_lease(member)
-    count = count + 1
-    give_back(e, k)
-    if freed[#freed] ~= e then freed[#freed + 1] = e end
+-- Returns how many slots were freed. Whether each lease is held and answered already is
+-- read for all of them at once (ZMSCORE, SMISMEMBER) and the new ones are added with one
+-- SADD: three commands for the leases, however many, and the slots per endpoint
+-- (give_back).
+local FIRST = 4
+local held_at = call_list('ZMSCORE', K_LEASES, ARGV, FIRST)
+local was_answered = call_list('SMISMEMBER', K_ANSWERED, ARGV, FIRST)
+local fresh = {}
+for i = 1, #held_at do
+  if held_at[i] and was_answered[i] == 0 then fresh[#fresh + 1] = ARGV[FIRST + i - 1] end
+end
+if call_many('SADD', K_ANSWERED, fresh) < #fresh then
+  -- A lease named twice in one call frees its slot once.
+  local seen, once = {}, {}
+  for _, member in ipairs(fresh) do
+    if not seen[member] then
+      seen[member] = true
+      once[#once + 1] = member
+    end
   end
+  fresh = once
+end
+local freed = {}
+for _, member in ipairs(fresh) do
+  local _, _, e, k = parse_lease(member)
+  give_back(e, k)
+  if freed[#freed] ~= e then freed[#freed + 1] = e end
 end
 give_back_done()
 local woken = 0
 if MODE == 'fair' then
   woken = fill_each(freed)
-elseif count > 0 and redis.call('EXISTS', K_FIFO) == 1 then
-  woken = count
+elseif #fresh > 0 and redis.call('EXISTS', K_FIFO) == 1 then
+  woken = #fresh
 end
 wake(woken)
-return count
+return #fresh

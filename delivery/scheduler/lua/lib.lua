@@ -342,20 +342,35 @@ end
 -- the values are keys themselves, as for EXISTS); CHUNK is even, so score-member pairs
 -- stay whole. Returns the sum of the integer replies. No values: no command.
 local CHUNK = 1000
-local function call_many(command, key, values)
+local function call_many(command, key, values, first_value)
   local total = 0
-  for first = 1, #values, CHUNK do
-    local part = {}
-    for i = first, math.min(first + CHUNK - 1, #values) do part[#part + 1] = values[i] end
+  for first = first_value or 1, #values, CHUNK do
+    local last = math.min(first + CHUNK - 1, #values)
     local got
     if key then
-      got = redis.call(command, key, unpack(part))
+      got = redis.call(command, key, unpack(values, first, last))
     else
-      got = redis.call(command, unpack(part))
+      got = redis.call(command, unpack(values, first, last))
     end
     if type(got) == 'number' then total = total + got end
   end
   return total
+end
+
+-- call_many for a command whose reply is a list, one value per value sent (ZMSCORE,
+-- SMISMEMBER): the chunks' replies, joined (one chunk's as it came).
+local function call_list(command, key, values, first_value)
+  first_value = first_value or 1
+  if #values - first_value < CHUNK then
+    if #values < first_value then return {} end
+    return redis.call(command, key, unpack(values, first_value))
+  end
+  local out = {}
+  for first = first_value, #values, CHUNK do
+    local got = redis.call(command, key, unpack(values, first, math.min(first + CHUNK - 1, #values)))
+    for _, value in ipairs(got) do out[#out + 1] = value end
+  end
+  return out
 end
 
 -- Values by key, in the order keys first came (so what a script does with them next is
@@ -420,33 +435,55 @@ local function flush_grants()
   end
 end
 
--- Give back `n` lease slots on endpoint e, `r` of them retries'.
-local function free_slots(e, n, r)
-  if tonumber(redis.call('ZINCRBY', K_BUSY, -n, e)) <= 0 then redis.call('ZREM', K_BUSY, e) end
-  if r > 0 then redis.call('HINCRBY', endpoint_key(e), 'ri', -r) end
-  local known = ENDPOINTS and ENDPOINTS[e]
-  if known then
-    known.busy = known.busy - n
-    known.ri = known.ri - r
-  end
-end
-
--- Slots given back by a run of leases on one endpoint (a flood's answers, acks and
--- retries are one long run) cost one ZINCRBY for the run, not one per lease: give_back
--- counts a slot, give_back_done frees what the run holds. Every script ends with
--- give_back_done (scripts.py), and one that reads busy counts again calls it first.
-local RUN_E, RUN_N, RUN_R -- the run: its endpoint, slots, retry slots of them
-local function give_back_done()
-  if RUN_E then free_slots(RUN_E, RUN_N, RUN_R) end
-  RUN_E = nil
-end
+-- Slots given back by one call are counted per endpoint (give_back) and written at once
+-- (give_back_done): one endpoint's, as a flood's answers and acks are, with one ZINCRBY;
+-- several endpoints' with one ZMSCORE, one ZADD and at most one ZREM of the busy set,
+-- whatever their number. Every script ends with give_back_done (scripts.py), and one
+-- that reads busy counts again (fill, activate) calls it first.
+local GIVEN -- begin() empties it: endpoint -> {slots, retry slots of them}, in order
 local function give_back(e, k)
-  if e ~= RUN_E then
-    give_back_done()
-    RUN_E, RUN_N, RUN_R = e, 0, 0
+  local slots = GIVEN.by[e]
+  if not slots then
+    slots = {0, 0}
+    GIVEN.by[e] = slots
+    GIVEN.order[#GIVEN.order + 1] = e
   end
-  RUN_N = RUN_N + 1
-  if k == 'r' then RUN_R = RUN_R + 1 end
+  slots[1] = slots[1] + 1
+  if k == 'r' then slots[2] = slots[2] + 1 end
+end
+local function give_back_done()
+  local order, by = GIVEN.order, GIVEN.by
+  if #order == 0 then return end
+  GIVEN = tally()
+  if #order == 1 then
+    local e = order[1]
+    if tonumber(redis.call('ZINCRBY', K_BUSY, -by[e][1], e)) <= 0 then
+      redis.call('ZREM', K_BUSY, e)
+    end
+  else
+    local was = call_list('ZMSCORE', K_BUSY, order)
+    local scored, idle = {}, {}
+    for i, e in ipairs(order) do
+      local busy = num(was[i]) - by[e][1]
+      if busy > 0 then
+        scored[#scored + 1] = busy
+        scored[#scored + 1] = e
+      else
+        idle[#idle + 1] = e
+      end
+    end
+    call_many('ZADD', K_BUSY, scored)
+    call_many('ZREM', K_BUSY, idle)
+  end
+  for _, e in ipairs(order) do
+    local n, r = by[e][1], by[e][2]
+    if r > 0 then redis.call('HINCRBY', endpoint_key(e), 'ri', -r) end
+    local known = ENDPOINTS and ENDPOINTS[e]
+    if known then
+      known.busy = known.busy - n
+      known.ri = known.ri - r
+    end
+  end
 end
 
 -- Drop a lease and give its slot back (give_back), unless answered.lua did already (then
@@ -652,5 +689,5 @@ local function begin(keys, argv)
     K_DUE, K_HOLD = P .. 'due', P .. 'hold'
   end
   STATS_BY, STATS_SET, SEQ, live, HELD = {}, {}, nil, {}, {}
-  RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, RUN_E = nil, nil, {}, {}, nil
+  RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, GIVEN = nil, nil, {}, {}, tally()
 end
