@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 import pytest
 
 from core.ids import new_ulid
+from delivery import engine as engine_module
 from delivery import loading
 from delivery.engine import DeliveryEngine
 from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
-from delivery.scheduler import Item
+from delivery.scheduler import Item, Lease
 from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
@@ -404,3 +405,31 @@ def test_a_renewal_racing_an_acknowledgement_reports_no_lost_lease(caplog) -> No
     with caplog.at_level("WARNING", logger="delivery.engine"):
         assert engine.renew_leases() == [vanished.delivery_id]
     assert "1 leases expired before renewal" in caplog.text
+
+
+def test_the_releaser_leaves_out_leases_the_recorder_has_acknowledged() -> None:
+    # Acknowledged, a lease's slot is free already: answering it again would only cost
+    # Redis a look-up per lease. One the recorder is still recording is answered.
+    class Answers:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def answered(self, leases) -> int:
+            self.calls.append([lease.delivery_id for lease in leases])
+            return len(leases)
+
+    answers = Answers()
+    running = DeliveryEngine(concurrency=4, scheduler=answers, worker_id="w")
+    acknowledged, recording, unrecorded = (
+        Lease(new_ulid(), 1, 1, "f", deadline=time.time() + 30, token="t") for _ in range(3)
+    )
+    running._leases.update({lease.delivery_id: lease for lease in (recording, unrecorded)})
+    running._releasing.add(recording.delivery_id)
+    for lease in (acknowledged, recording, unrecorded):
+        running._answered.put(lease)
+    running._answered.put(engine_module._STOP)
+    try:
+        running._release_loop()
+    finally:
+        running._curl.close()
+    assert answers.calls == [[recording.delivery_id, unrecorded.delivery_id]]

@@ -327,6 +327,31 @@ def test_one_call_of_many_leases_answers_and_releases_each_as_a_call_of_one_woul
     check_invariants(sched)
 
 
+def test_one_call_gives_back_each_endpoint_s_slots_and_leaves_the_others_busy(scheduler_conn):
+    """Slots freed by one call are written per endpoint at once (a flood's one endpoint,
+    or many): each endpoint's in-flight count drops by its own leases, one that is left
+    with none leaves the busy set, and its parked lane gets the slot."""
+    sched = Scheduler(scheduler_conn)
+    sched.enqueue(batch(1, 1, 2, max_in_flight=2) + batch(2, 2, 3, max_in_flight=3))
+    sched.enqueue(batch(3, 3, 2, max_in_flight=1, retry_max_in_flight=1, lane="retry"))
+    leases = sched.pick("w", 10).leases
+    by_endpoint = Counter(lease.endpoint_id for lease in leases)
+    assert by_endpoint == {1: 2, 2: 3, 3: 1}  # endpoint 3's second waits for its one slot
+
+    one_of_2 = next(lease for lease in leases if lease.endpoint_id == 2)
+    answered = [lease for lease in leases if lease.endpoint_id in (1, 3)] + [one_of_2]
+    assert sched.answered(answered) == 4
+    check_invariants(sched)  # the busy set counts only the leases not answered
+    busy = scheduler_conn.zrange(sched.keys.busy, 0, -1, withscores=True)
+    assert busy == [(b"2", 2.0)]
+    (waiting,) = sched.pick("w", 10).leases
+    assert (waiting.endpoint_id, waiting.lane) == (3, "retry")
+
+    assert sched.ack([lease for lease in leases if lease.endpoint_id == 2] + [waiting]) == []
+    check_invariants(sched)
+    assert scheduler_conn.zrange(sched.keys.busy, 0, -1) == []
+
+
 # --- retries --------------------------------------------------------------------------
 
 
