@@ -40,9 +40,9 @@ _PARTS = {
 }
 
 # A script's own parts run as one function of (KEYS, ARGV) after lib.lua's `begin`, so that
-# whatever it returns, the counters lib.lua holds back are written once at the end
-# (flush_stats). A pick writes its leases itself (flush_grants) before it reads them again;
-# the call here only makes sure that nothing held back is ever dropped.
+# whatever it returns, the slots and counters lib.lua holds back are written once at the
+# end (give_back_done, flush_stats). A pick writes its leases itself (flush_grants) before
+# it reads them again; the call here only makes sure that nothing held back is dropped.
 _BODY = "local function {name}(KEYS, ARGV)\n{text}\nend\n"
 _EVAL_CALL = (
     "begin(KEYS, ARGV)\nlocal result = body(KEYS, ARGV)\n"

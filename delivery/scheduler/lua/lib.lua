@@ -367,7 +367,8 @@ local function call_list(command, key, values, first_value)
   end
   local out = {}
   for first = first_value, #values, CHUNK do
-    local got = redis.call(command, key, unpack(values, first, math.min(first + CHUNK - 1, #values)))
+    local last = math.min(first + CHUNK - 1, #values)
+    local got = redis.call(command, key, unpack(values, first, last))
     for _, value in ipairs(got) do out[#out + 1] = value end
   end
   return out
