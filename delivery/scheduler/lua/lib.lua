@@ -374,6 +374,23 @@ local function call_list(command, key, values, first_value)
   return out
 end
 
+-- New scores for some of a ZSET's members, at once: one ZREM of those whose score is
+-- false (they leave) and one ZADD of the others.
+local function write_scores(key, members, scores)
+  local adds, gone = {}, {}
+  for _, member in ipairs(members) do
+    local score = scores[member]
+    if score then
+      adds[#adds + 1] = score
+      adds[#adds + 1] = member
+    else
+      gone[#gone + 1] = member
+    end
+  end
+  call_many('ZREM', key, gone)
+  call_many('ZADD', key, adds)
+end
+
 -- Values by key, in the order keys first came (so what a script does with them next is
 -- the same on every run).
 local function tally()
@@ -463,18 +480,12 @@ local function give_back_done()
     end
   else
     local was = call_list('ZMSCORE', K_BUSY, order)
-    local scored, idle = {}, {}
+    local left = {} -- endpoint -> its live leases, false once none
     for i, e in ipairs(order) do
       local busy = num(was[i]) - by[e][1]
-      if busy > 0 then
-        scored[#scored + 1] = busy
-        scored[#scored + 1] = e
-      else
-        idle[#idle + 1] = e
-      end
+      left[e] = busy > 0 and busy
     end
-    call_many('ZADD', K_BUSY, scored)
-    call_many('ZREM', K_BUSY, idle)
+    write_scores(K_BUSY, order, left)
   end
   for _, e in ipairs(order) do
     local n, r = by[e][1], by[e][2]

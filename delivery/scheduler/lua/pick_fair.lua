@@ -44,18 +44,7 @@ local WINDOW = max_items + 1
 local vt_window, vt_at, vt_whole, vt_valid = {}, 1, false, false
 local vt_writes = tally() -- tenant -> new score, or false to leave vt
 local function vt_flush()
-  local adds, gone = {}, {}
-  for _, t in ipairs(vt_writes.order) do
-    local score = vt_writes.by[t]
-    if score then
-      adds[#adds + 1] = score
-      adds[#adds + 1] = t
-    else
-      gone[#gone + 1] = t
-    end
-  end
-  call_many('ZREM', K_VT, gone)
-  call_many('ZADD', K_VT, adds)
+  write_scores(K_VT, vt_writes.order, vt_writes.by)
   vt_writes = tally()
 end
 local function vt_first()
