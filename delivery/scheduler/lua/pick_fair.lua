@@ -8,7 +8,9 @@ local max_items = tonumber(ARGV[5])
 local turn_size = tonumber(ARGV[6])
 local share = tonumber(ARGV[7])
 local fallback_weight = tonumber(ARGV[8])
-local deadline = NOW + tonumber(ARGV[9])
+-- The deadline as the text the worker gets back, formatted once: each lease's ZADD then
+-- converts no number.
+local deadline = string.format('%.6f', NOW + tonumber(ARGV[9]))
 
 promote_due(tonumber(ARGV[10]))
 reclaim_expired(tonumber(ARGV[11]))
@@ -380,4 +382,4 @@ local wait = 0
 if (#out < max_items or live[K_DUE] ~= false) and redis.call('EXISTS', K_VT) == 0 then
   wait = next_event_wait()
 end
-return {out, string.format('%.6f', deadline), string.format('%.6f', wait)}
+return {out, deadline, string.format('%.6f', wait)}

@@ -5,7 +5,9 @@
 -- size, share and weight are unused).
 local worker = ARGV[4]
 local max_items = tonumber(ARGV[5])
-local deadline = NOW + tonumber(ARGV[9])
+-- The deadline as the text the worker gets back, formatted once: each lease's ZADD then
+-- converts no number.
+local deadline = string.format('%.6f', NOW + tonumber(ARGV[9]))
 
 promote_due(tonumber(ARGV[10]))
 reclaim_expired(tonumber(ARGV[11]))
@@ -49,4 +51,4 @@ local wait = 0
 if #out == 0 or (#out < max_items and whole_line) or redis.call('EXISTS', K_FIFO) == 0 then
   wait = next_event_wait()
 end
-return {out, string.format('%.6f', deadline), string.format('%.6f', wait)}
+return {out, deadline, string.format('%.6f', wait)}

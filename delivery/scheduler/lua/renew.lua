@@ -1,6 +1,6 @@
 -- renew.lua: a live worker extends its leases. ARGV[4] lease seconds, ARGV[5..] members.
 -- Returns {ids whose lease was already lost, new deadline}.
-local deadline = NOW + tonumber(ARGV[4])
+local deadline = string.format('%.6f', NOW + tonumber(ARGV[4])) -- formatted once (pick_fair.lua)
 local lost = {}
 for i = 5, #ARGV do
   if redis.call('ZSCORE', K_LEASES, ARGV[i]) then
@@ -9,4 +9,4 @@ for i = 5, #ARGV do
     lost[#lost + 1] = string.match(ARGV[i], '^[^|]+')
   end
 end
-return {lost, string.format('%.6f', deadline)}
+return {lost, deadline}
