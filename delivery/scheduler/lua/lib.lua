@@ -81,9 +81,13 @@ local function ulid_ms(id)
       B32[string.byte(string.lower(alphabet), i)] = i - 1
     end
   end
-  local value = 0
-  for i = 1, 10 do value = value * 32 + (B32[string.byte(id, i)] or 0) end
-  return value
+  -- One string.byte for all ten, unrolled: a C call per character cost more than the
+  -- arithmetic. (Reading B32[nil] for an id shorter than ten is nil: 0, as before.)
+  local c1, c2, c3, c4, c5, c6, c7, c8, c9, c10 = string.byte(id, 1, 10)
+  local b = B32
+  local high = (((b[c1] or 0) * 32 + (b[c2] or 0)) * 32 + (b[c3] or 0)) * 32 + (b[c4] or 0)
+  local low = (((b[c6] or 0) * 32 + (b[c7] or 0)) * 32 + (b[c8] or 0)) * 32 + (b[c9] or 0)
+  return ((high * 32 + (b[c5] or 0)) * 1048576 + low) * 32 + (b[c10] or 0)
 end
 
 local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
