@@ -19,8 +19,8 @@ ENDPOINTS = {} -- see endpoint_state: from here on, only this pick's leases chan
 
 -- Fresh first, but while both kinds wait, a credit of `share` per dispatch buys a retry
 -- whenever it reaches one whole dispatch: retries get at least that share, exactly.
--- `rotations` holds the lengths of the tenant's two rotations, `credit` its retry credit
--- (see the turn below).
+-- `rotations` holds the lengths of the tenant's two rotations (as rot_state counts them),
+-- `credit` its retry credit (see the turn below).
 local function choose_kind(credit, rotations)
   local fresh = rotations.f > 0
   local retry = rotations.r > 0
@@ -90,28 +90,43 @@ local function vt_move_first(t, score)
   table.insert(vt_window, low, {t, score})
 end
 
--- Rotations: length and head, read when first needed.
+-- Rotations: the head and whether another lane follows it, read with one LRANGE when
+-- first needed and again once the head left or moved on. `len` is 0, 1, or 2 for "two or
+-- more": all a turn asks is whether a rotation has a lane, and whether more than one (to
+-- rotate). Just after the head left a rotation of two or more, it is 1, "at least one",
+-- and the head is read again before anything asks for more.
 local rot_cache = {}
+local function rot_read(key, state)
+  local got = redis.call('LRANGE', key, 0, 1)
+  state.head, state.len = got[1] or false, #got
+end
 local function rot_state(key)
   local state = rot_cache[key]
   if not state then
-    state = {len = redis.call('LLEN', key)}
+    state = {}
+    rot_read(key, state)
     rot_cache[key] = state
   end
   return state
 end
-local function rot_head(key)
+local function rot_head(rotations, k, key)
   local state = rot_state(key)
-  if not state.head then state.head = redis.call('LINDEX', key, 0) end
+  if state.head == nil then
+    rot_read(key, state)
+    rotations[k] = state.len
+  end
   return state.head
 end
 -- The lane at the head of rotation `rot` (kind k) leaves it.
 local function leave(rotations, rot, k)
   redis.call('LPOP', rot)
-  rotations[k] = rotations[k] - 1
   local state = rot_state(rot)
-  state.len = state.len - 1
-  state.head = nil
+  if state.len > 1 then
+    state.len, state.head = 1, nil
+  else
+    state.len, state.head = 0, false
+  end
+  rotations[k] = state.len
 end
 
 -- Tenants' rows, read once per pick: weight, rate, and the counts this pick changes
@@ -282,7 +297,7 @@ while #out < max_items and budget > 0 do
     local k, both = choose_kind(row.c, rotations)
     if not k then break end
     local rot = rot_key(t, k)
-    local e = rot_head(rot)
+    local e = rot_head(rotations, k, rot)
     local free, tok, due, rate, hold = capacity(e, k)
     if free <= 0 or tok <= 0 then
       -- Endpoint full, or no token yet (its rate or a pause): no lease, no attempt. Park
