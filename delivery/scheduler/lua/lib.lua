@@ -346,9 +346,9 @@ end
 -- the values are keys themselves, as for EXISTS); CHUNK is even, so score-member pairs
 -- stay whole. Returns the sum of the integer replies. No values: no command.
 local CHUNK = 1000
-local function call_many(command, key, values, first_value)
+local function call_many(command, key, values)
   local total = 0
-  for first = first_value or 1, #values, CHUNK do
+  for first = 1, #values, CHUNK do
     local last = math.min(first + CHUNK - 1, #values)
     local got
     if key then
@@ -502,15 +502,15 @@ local function give_back_done()
   end
 end
 
--- Drop a lease and give its slot back (give_back), unless answered.lua did already (then
--- the 5th result is false). Returns nil when the lease is gone already (expired and
--- reclaimed, maybe handed to another worker): then nothing of the new holder's changes.
+-- Drop a lease and give its slot back (give_back), unless answered.lua did already.
+-- Returns nil when the lease is gone already (expired and reclaimed, maybe handed to
+-- another worker): then nothing of the new holder's changes. (ack.lua does the same for
+-- a whole group of leases at once.)
 local function release(member)
   if redis.call('ZREM', K_LEASES, member) == 0 then return nil end
   local id, t, e, k = parse_lease(member)
-  local slot_freed = redis.call('SREM', K_ANSWERED, member) == 0
-  if slot_freed then give_back(e, k) end
-  return id, t, e, k, slot_freed
+  if redis.call('SREM', K_ANSWERED, member) == 0 then give_back(e, k) end
+  return id, t, e, k
 end
 
 -- Un-park up to `count` lanes of kind k waiting on e, lowest virtual time first. A paused
