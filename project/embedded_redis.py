@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 START_TIMEOUT_SECONDS = 10.0
 
@@ -114,7 +116,9 @@ def stop(directory: Path) -> bool:
     socket_path = directory / "redis.sock"
     if not _answers(socket_path):
         return False
-    # SHUTDOWN closes the connection before it can answer.
+    # SHUTDOWN closes the connection before it can answer. No retries: the client's
+    # default would reconnect to the socket just removed, with backoff (~4 s of nothing).
+    client = redis.Redis(unix_socket_path=str(socket_path), retry=Retry(NoBackoff(), 0))
     with contextlib.suppress(redis.ConnectionError):
-        redis.Redis(unix_socket_path=str(socket_path)).shutdown(nosave=True)
+        client.shutdown(nosave=True)
     return True

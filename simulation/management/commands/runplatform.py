@@ -17,6 +17,11 @@ STATUS_EVERY_SECONDS = 5.0
 # Short retries so that a retry, and a dead letter to replay, show within a minute.
 DEMO_RETRY_SCHEDULE = "2,4,8,16"
 DEMO_CONCURRENCY = "64"
+# charlie's broken endpoint fails about five times a second (a new event each second, each
+# tried five times). At the default of 100 it would be disabled ~35 s in, as its first
+# deliveries run out of retries: a race that could leave the demo without dead letters.
+# At 1,000 the dead letters come first (~30 s) and the automatic disable after ~3.5 min.
+DEMO_DISABLE_AFTER_FAILURES = "1000"
 
 
 class Command(BaseCommand):
@@ -48,6 +53,9 @@ class Command(BaseCommand):
             # A readable terminal: warnings and errors only, no line per request.
             "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
             "RETRY_SCHEDULE_SECONDS": os.environ.get("RETRY_SCHEDULE_SECONDS", DEMO_RETRY_SCHEDULE),
+            "ENDPOINT_DISABLE_AFTER_FAILURES": os.environ.get(
+                "ENDPOINT_DISABLE_AFTER_FAILURES", DEMO_DISABLE_AFTER_FAILURES
+            ),
             # Fewer slots than big-shop's cap: the worker is what the flood outgrows.
             "DELIVERY_CONCURRENCY": os.environ.get("DELIVERY_CONCURRENCY", DEMO_CONCURRENCY),
             "DEMO_PUBLISH_TOKEN": demo.issue_token(),
@@ -77,6 +85,10 @@ class Command(BaseCommand):
             self.stdout.write("\nStopping the platform (the worker finishes its requests)...")
         finally:
             self._stop(children)
+            # Nothing is left to stop but the embedded Redis, which manage.py shuts down as
+            # this process exits: a Ctrl-C pressed meanwhile must not break that off.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def _banner(self, base: str, receiver_port: int, logins: dict[str, str]) -> None:
         redis_note = " (embedded)" if settings.EMBEDDED_REDIS else ""
@@ -146,14 +158,28 @@ class Command(BaseCommand):
         return delivered
 
     def _stop(self, children: dict[str, subprocess.Popen]) -> None:
+        """SIGTERM each child and wait for them (the worker finishes in-flight deliveries).
+        A second Ctrl-C stops them at once: a second SIGTERM (the worker then exits, and
+        its leases bring unfinished work back), so that the embedded Redis, stopped as
+        this process exits, never goes before the worker does."""
+        try:
+            self._signal_and_wait(children, grace=40.0)
+        except KeyboardInterrupt:
+            self.stdout.write("Stopping at once (unfinished deliveries are sent again later)...")
+            self.stdout.flush()
+            self._signal_and_wait(children, grace=10.0)
+
+    @staticmethod
+    def _signal_and_wait(children: dict[str, subprocess.Popen], grace: float) -> None:
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 40  # the worker finishes in-flight deliveries first
+        deadline = time.monotonic() + grace
         for child in children.values():
             try:
                 child.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
+                child.wait()
         # The embedded Redis, if this command's process started it, is stopped by
         # manage.py (project.launch) as it exits.
