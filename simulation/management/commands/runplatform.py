@@ -22,6 +22,7 @@ DEMO_CONCURRENCY = "64"
 # deliveries run out of retries: a race that could leave the demo without dead letters.
 # At 1,000 the dead letters come first (~30 s) and the automatic disable after ~3.5 min.
 DEMO_DISABLE_AFTER_FAILURES = "1000"
+RQ_REPEAT_SECONDS = 1.1
 
 
 class Command(BaseCommand):
@@ -162,11 +163,14 @@ class Command(BaseCommand):
         A second Ctrl-C stops them at once: a second SIGTERM (the worker then exits, and
         its leases bring unfinished work back), so that the embedded Redis, stopped as
         this process exits, never goes before the worker does."""
+        first = time.monotonic()
         try:
             self._signal_and_wait(children, grace=40.0)
         except KeyboardInterrupt:
             self.stdout.write("Stopping at once (unfinished deliveries are sent again later)...")
             self.stdout.flush()
+            # RQ takes a second signal within 1 s of the first for a repeat, and ignores it.
+            time.sleep(max(0.0, first + RQ_REPEAT_SECONDS - time.monotonic()))
             self._signal_and_wait(children, grace=10.0)
 
     @staticmethod
