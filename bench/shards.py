@@ -52,6 +52,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.ids import new_ulid
+from core.redis_cost import server_work
 from delivery.scheduler import FRESH, Item, Scheduler
 from delivery.scheduler.scheduler import _member
 from tests.private_redis import PrivateRedis
@@ -140,23 +141,15 @@ def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: i
     return len(work)
 
 
-def server_counts(conn: redis.Redis) -> tuple[float, int]:
-    """(server CPU seconds, commands run) so far, INFO itself left out."""
-    cpu = conn.info("cpu")
-    stats = conn.info("commandstats")
-    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
-    return cpu["used_cpu_sys"] + cpu["used_cpu_user"], calls
-
-
 def cost(conn: redis.Redis, n: int, tenants: int, seed: int, turn_size: int = 1) -> dict:
     """One run on shard 0: the server's CPU and commands per delivery."""
     work = mix(n, tenants, seed)
     Scheduler(conn, shard=0).clear()
-    cpu0, calls0 = server_counts(conn)
+    cpu0, calls0 = server_work(conn)
     started = time.perf_counter()
     done = run(conn, 0, work, seed, turn_size)
     seconds = time.perf_counter() - started
-    cpu1, calls1 = server_counts(conn)
+    cpu1, calls1 = server_work(conn)
     return {
         "redis_cpu_us_per_delivery": (cpu1 - cpu0) * 1e6 / done,
         "commands_per_delivery": (calls1 - calls0) / done,
@@ -170,10 +163,10 @@ def single_enqueue_cost(conn: redis.Redis, n: int, tenants: int, seed: int) -> f
     work = mix(n, tenants, seed)
     sched = Scheduler(conn, shard=0)
     sched.clear()
-    cpu0, _ = server_counts(conn)
+    cpu0, _ = server_work(conn)
     for item in work:
         sched.enqueue([item])
-    cpu1, _ = server_counts(conn)
+    cpu1, _ = server_work(conn)
     sched.clear()
     return (cpu1 - cpu0) * 1e6 / n
 

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
+from core.redis_cost import ServerWork, per_unit, server_work
 from delivery.engine import UNRECORDED_AHEAD
 from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
@@ -111,10 +112,25 @@ def execute(
         workers = Workers(options["workers"], env, workdir, spec.label)
         try:
             workers.wait_registered(redis_db.client)
-            return _drive(scenario, spec, setup, options, receiver, redis_db, workers, title)
+            before = server_work(redis_db.client)
+            result = _drive(scenario, spec, setup, options, receiver, redis_db, workers, title)
+            result.update(_redis_cost(before, redis_db, options, result["delivered"]))
+            return result
         finally:
             workers.stop()
             reset_scheduler()
+
+
+def _redis_cost(
+    before: ServerWork, redis_db: RedisDatabase, options: dict[str, Any], delivered: int
+) -> dict[str, float | None]:
+    """The Redis server's CPU and commands per delivery over the run: everything the
+    workers, RQ and the publisher sent it (other clients of a shared server too: a
+    private --redis-url makes it the platform's alone). None when the schedule lives on
+    another server (--scheduler-redis-url), which this reading would miss."""
+    if options.get("scheduler_redis_url"):
+        return per_unit(before, before, 0)
+    return per_unit(before, server_work(redis_db.client), delivered)
 
 
 def claim_schedule(scheduler: Scheduler | ShardedScheduler) -> None:

@@ -54,6 +54,8 @@ COMMON_ROWS = [
     ("deliveries/s (all)", "deliveries_per_s"),
     ("delivered / duplicates", "delivered_dupes"),
     ("never delivered (hung endpoints' aside)", "missing"),
+    ("Redis: server CPU per delivery (µs)", "redis_cpu_us_per_delivery"),
+    ("Redis: commands per delivery", "redis_commands_per_delivery"),
 ]
 
 

@@ -55,6 +55,10 @@ def test_flood_compare_reports_both_schedulers_and_draws_them(tmp_path: Path) ->
         assert run["delivered"] == 310
         assert run["quiet_p99_ms"] is not None and run["loud_done_s"] > 0
         assert run["deliveries_per_s"] > 0
+        # The Redis server's work per delivery over the run (#21's figures): every
+        # delivery is at least enqueued, picked and acknowledged.
+        assert run["redis_commands_per_delivery"] >= 3
+        assert run["redis_cpu_us_per_delivery"] > 0
     assert [goal["goal"] for goal in figures["goals"]] == [">= 100", ">= 0.9"]
     assert plot.read_text().startswith("<svg") and "fifo, quiet tenants" in plot.read_text()
 
@@ -72,6 +76,8 @@ def test_a_flood_runs_with_its_schedule_sharded_on_a_redis_cluster(
         tmp_path=tmp_path,
     )
     assert figures["runs"]["fair"]["delivered"] == 310
+    # Not measured: the schedule's work was on the cluster, not on the run's Redis.
+    assert figures["runs"]["fair"]["redis_commands_per_delivery"] is None
     # The schedule was on the cluster, under the simulation's own tags, one per shard.
     client = redis_connection.connect(redis_cluster.url)
     tags = [SCHEDULE_TAG_BASE + i for i in range(3)]

@@ -66,7 +66,10 @@ examples:
 The database is a fresh SQLite file in a temporary directory unless --database-url
 names one (created if missing; it must be empty or used by earlier simulations).
 Redis: db 12 of the configured server, or the first free one of 7, 4, 3, 2, 1; only
-an empty or simulation-owned database is ever flushed.
+an empty or simulation-owned database is ever flushed. Each run also reports the Redis
+server's CPU and commands per delivery (INFO deltas over the run, scripts' own commands
+included): the whole server's, so give it a private one (--redis-url) for figures that
+are the platform's alone; none when the schedule is elsewhere (--scheduler-redis-url).
 """
 
 
