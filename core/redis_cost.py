@@ -1,5 +1,5 @@
 """What a Redis server has done so far, for figures per unit of work: read before and
-after the work, and divide the difference (bench/shards.py, `simulate`).
+after the work, and divide the difference by the deliveries (bench/shards.py, `simulate`).
 
 Both readings are the whole server's: on a server other clients use too, their work is
 counted with ours. Commands include those a script or function runs (INFO commandstats
@@ -23,13 +23,16 @@ def server_work(conn: redis.Redis) -> ServerWork:
     return ServerWork(cpu["used_cpu_sys"] + cpu["used_cpu_user"], calls)
 
 
-def per_unit(before: ServerWork, after: ServerWork, units: int) -> dict[str, float | None]:
-    """Server CPU (µs) and commands per unit between two readings; None for no units."""
-    if units <= 0:
-        return {"redis_cpu_us_per_delivery": None, "redis_commands_per_delivery": None}
+# The figures' names, as bench/shards.py and `simulate --json` report them.
+CPU_FIGURE, COMMANDS_FIGURE = "redis_cpu_us_per_delivery", "redis_commands_per_delivery"
+NOT_MEASURED: dict[str, float | None] = {CPU_FIGURE: None, COMMANDS_FIGURE: None}
+
+
+def per_delivery(before: ServerWork, after: ServerWork, deliveries: int) -> dict[str, float | None]:
+    """Server CPU (µs) and commands per delivery between two readings; none for none."""
+    if deliveries <= 0:
+        return dict(NOT_MEASURED)
     return {
-        "redis_cpu_us_per_delivery": round(
-            (after.cpu_seconds - before.cpu_seconds) * 1e6 / units, 1
-        ),
-        "redis_commands_per_delivery": round((after.commands - before.commands) / units, 2),
+        CPU_FIGURE: round((after.cpu_seconds - before.cpu_seconds) * 1e6 / deliveries, 1),
+        COMMANDS_FIGURE: round((after.commands - before.commands) / deliveries, 2),
     }

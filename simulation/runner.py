@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
-from core.redis_cost import ServerWork, per_unit, server_work
+from core.redis_cost import NOT_MEASURED, ServerWork, per_delivery, server_work
 from delivery.engine import UNRECORDED_AHEAD
 from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
@@ -129,8 +129,8 @@ def _redis_cost(
     private --redis-url makes it the platform's alone). None when the schedule lives on
     another server (--scheduler-redis-url), which this reading would miss."""
     if options.get("scheduler_redis_url"):
-        return per_unit(before, before, 0)
-    return per_unit(before, server_work(redis_db.client), delivered)
+        return dict(NOT_MEASURED)
+    return per_delivery(before, server_work(redis_db.client), delivered)
 
 
 def claim_schedule(scheduler: Scheduler | ShardedScheduler) -> None:
