@@ -605,9 +605,9 @@ def drain(
 
 def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
     from core import redis_connection
-    from delivery.enqueueing import item_for, reset_scheduler
     from delivery.models import Attempt
-    from delivery.scheduler import Scheduler
+    from delivery.pipeline.enqueueing import item_for
+    from delivery.scheduler import Scheduler, reset_scheduler
 
     reset_deliveries()
     clean_redis(opts.redis_url, REDIS_MARKER)
@@ -806,9 +806,9 @@ def wait_scheduler_idle(scheduler, timeout: float) -> None:
 def run_hung(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
     """One worker: the healthy backlog alone, then again while --hung endpoints are held."""
     from core import redis_connection
-    from delivery.enqueueing import item_for, reset_scheduler
     from delivery.models import Attempt
-    from delivery.scheduler import Scheduler
+    from delivery.pipeline.enqueueing import item_for
+    from delivery.scheduler import Scheduler, reset_scheduler
 
     reset_deliveries()
     clean_redis(opts.redis_url, REDIS_MARKER)

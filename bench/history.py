@@ -7,16 +7,16 @@ millions of rows of history, against an empty database, in one run.
 Two databases, made here and migrated (their names end in _empty and _big; the base name
 must contain "bench"): `big` gets --rows delivered deliveries (0.2% dead) of the last
 --days days, each with its event and one attempt, by COPY into day partitions
-(delivery.partitions), then ANALYZE. Then, in this order:
+(delivery.upkeep.partitions), then ANALYZE. Then, in this order:
 
-* recording: the engine's batched UPDATE + attempt INSERT (delivery.records.record_many,
-  groups of 50, after delivery.loading.load_many) of --record deliveries made just
+* recording: the engine's batched UPDATE + attempt INSERT (delivery.pipeline.records.record_many,
+  groups of 50, after delivery.pipeline.loading.load_many) of --record deliveries made just
   before, in each database in turn, --rounds times; `record_ratio_10m` = median
   deliveries/s with the history / median without;
 * the admin's event, delivery and attempt lists, with their filters and searches, as an
   operator opens them (Django's test client, a superuser): best of 3 after a warm-up
   each; `admin_list_ms_10m` is the slowest page;
-* `prune_day_s`: retention (delivery.retention.drop_partitions) dropping the oldest day
+* `prune_day_s`: retention (delivery.upkeep.retention.drop_partitions) dropping the oldest day
   of history, putting back its dead letters (kept 90 days): the seconds that took.
 
 Each phase runs in its own process (`--phase`), pointed at one database.
@@ -101,7 +101,7 @@ def phase_load(rows: int, days: int) -> dict:
     from django.db import connection
 
     from core.ids import new_ulid
-    from delivery import partitions
+    from delivery.upkeep import partitions
     from tenants.models import Endpoint, Tenant
 
     today = datetime.now(UTC).date()
@@ -188,11 +188,11 @@ def phase_record(count: int) -> dict:
     from django.utils import timezone
 
     from core import plain_insert
-    from delivery import records
-    from delivery.loading import load_many
     from delivery.models import Delivery
-    from delivery.policy import Action, Decision
-    from delivery.transport import HttpResult
+    from delivery.pipeline import records
+    from delivery.pipeline.loading import load_many
+    from delivery.pipeline.policy import Action, Decision
+    from delivery.pipeline.transport import HttpResult
     from ingest.accept import _deliveries_for
     from tenants.models import Endpoint, Tenant
     from webhooks.models import Event
@@ -273,7 +273,7 @@ def phase_prune() -> dict:
     from django.conf import settings
 
     from core.ids import ulid_time_ms
-    from delivery import partitions, retention
+    from delivery.upkeep import partitions, retention
 
     days = [p for p in partitions.partitions(partitions.EVENT) if not p.is_default]
     oldest = days[0]

@@ -62,8 +62,8 @@ def silent_endpoint() -> tuple[socket.socket, threading.Thread]:
 
 
 def held_by_the_loop(url: str, count: int) -> int:
-    from delivery.curl_loop import CurlLoop
-    from delivery.transport import Transport
+    from delivery.pipeline.curl_loop import CurlLoop
+    from delivery.pipeline.transport import Transport
 
     transport = Transport(allow_private=True, max_idle_handles=count)
     loop = CurlLoop(max_connections=count + 64)
@@ -89,7 +89,7 @@ def held_by_threads(url: str, count: int) -> int:
 import sys, threading, time
 sys.path.insert(0, {str(ROOT)!r})
 from bench.inflight_memory import rss_kib
-from delivery.transport import Transport
+from delivery.pipeline.transport import Transport
 transport = Transport(allow_private=True, max_idle_handles={count})
 threading.stack_size(0)
 before = rss_kib()

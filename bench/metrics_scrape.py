@@ -47,8 +47,7 @@ def main() -> None:
 
     from core.ids import new_ulid
     from dashboards.metrics import ScheduleCollector
-    from delivery.enqueueing import get_scheduler
-    from delivery.scheduler import Item
+    from delivery.scheduler import Item, get_scheduler
     from tenants.models import Endpoint, Tenant
 
     call_command("migrate", verbosity=0)

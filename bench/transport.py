@@ -7,7 +7,7 @@ keep-alive receiver (bench/delivery.py's, in its own process, answering 200 at o
 four ways, interleaved round by round so the machine's noise hits all of them alike:
 
 - requests: a `requests.Session` (trust_env off, stream=True, no redirects), reading the
-  body to its end: what delivery/transport.py was first built on;
+  body to its end: what delivery/pipeline/transport.py was first built on;
 - urllib3: `PoolManager.urlopen` with no retries, no redirects, reading the body: what
   it was built on next (urllib3 comes with requests);
 - pycurl bare: one `pycurl.Curl` set up once and performed again and again (URL, body,
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.delivery import Receiver  # noqa: E402
-from delivery import transport  # noqa: E402
+from delivery.pipeline import transport  # noqa: E402
 
 BODY = b'{"type": "order.created", "data": "' + b"x" * 470 + b'"}'
 HEADERS = {

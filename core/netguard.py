@@ -6,7 +6,7 @@ a DNS name that answers with 10.0.0.5). Checking the URL when it is saved is not
 DNS can answer differently a second later (rebinding), and numeric spellings such as
 `2130706433` only reveal themselves once resolved. So the transport asks
 `is_forbidden_address` about the very address libcurl is about to connect to, for every
-new connection (its OPENSOCKETFUNCTION, delivery/transport.py); a refused address gets
+new connection (its OPENSOCKETFUNCTION, delivery/pipeline/transport.py); a refused address gets
 no socket at all. `validate_destination_url` is the admin form's early, friendlier check.
 """
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from delivery import endpoint_health
+from delivery.pipeline import endpoint_health
 from ingest.accept import Accepted
 from ingest.publish import publish_to_endpoint
 from tenants import audit, operations

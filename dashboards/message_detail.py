@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from delivery.models import Attempt, Delivery
-from delivery.replay import RESENDABLE
+from delivery.replays.resend import RESENDABLE
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Event
 
@@ -78,7 +78,7 @@ def payload(event: Event) -> Payload:
 
 
 def payload_retention_days() -> int:
-    """The days after which payloads are removed (delivery.retention): never more than the
+    """The days after which payloads are removed (delivery.upkeep.retention): never more than the
     event's own retention, whatever the settings say."""
     return min(settings.PAYLOAD_RETENTION_DAYS, settings.RETENTION_DAYS)
 
@@ -100,7 +100,7 @@ def deliveries(tenant: Tenant, event: Event) -> list[dict[str, Any]]:
             "delivery": delivery,
             "endpoint": endpoint_label(delivery.endpoint),
             "shared": delivery.endpoint.tenant_id is None,
-            # Nothing to send once retention removed the payload (delivery.replay refuses too).
+            # Nothing to send once retention removed the payload (delivery.replays.resend refuses too).
             "resendable": delivery.status in RESENDABLE and event.payload_pruned_at is None,
             "attempts": [
                 {

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboards import message_detail, messages
 from dashboards.access import TenantAccess, may_change, tenant_view
 from delivery.models import Delivery
-from delivery.replay import resend
+from delivery.replays.resend import resend
 from tenants import audit
 from tenants.models import AuditEntry
 from webhooks.models import Event

@@ -20,9 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import REGISTRY, Collector
 
 from dashboards import status
-from delivery.enqueueing import get_scheduler
-from delivery.scheduler import Snapshot
-from delivery.scheduler.snapshot import DEFAULT_AGE_BUCKETS
+from delivery.scheduler import DEFAULT_AGE_BUCKETS, Snapshot, get_scheduler
 from tenants.models import Endpoint, Tenant
 from webhooks import key_hygiene
 from webhooks.models import Source

@@ -29,12 +29,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from dashboards import pacing, status
-from delivery import history
-from delivery.enqueueing import get_scheduler
+from dashboards import charts, history, pacing, status
 from delivery.models import Delivery
-from delivery.replay import replay
-from delivery.scheduler import EndpointRow, Snapshot, TenantRow
+from delivery.replays.resend import replay
+from delivery.scheduler import EndpointRow, Snapshot, TenantRow, get_scheduler
 from tenants import audit
 from tenants.models import WEIGHT_CHOICES, AuditEntry, Endpoint, Tenant
 from tenants.operations import enable_endpoint, set_active
@@ -231,7 +229,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         dead_total=Delivery.objects.filter(status=Delivery.Status.DEAD).count(),
         top_n=OVERVIEW_TOP_N,
         truncated=snapshot.backlogged_tenants > len(snapshot.tenants),
-        age_chart=history.build_chart(
+        age_chart=charts.build_chart(
             "Oldest backlog of any tenant",
             series.age,
             since=since,
@@ -241,7 +239,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             width=600,
             height=190,
         ),
-        rate_chart=history.build_chart(
+        rate_chart=charts.build_chart(
             "Delivered per minute, all tenants",
             series.rate,
             since=since,
@@ -311,7 +309,7 @@ class ActionForm(forms.Form):
 @require_POST
 def act(request: HttpRequest) -> HttpResponse:
     """pause, resume, weight, replay (a tenant's dead letters) or reenable (an endpoint).
-    Saving the model is what tells the scheduler (delivery/signals.py), as in the admin."""
+    Saving the model is what tells the scheduler (delivery/upkeep/signals.py), as in the admin."""
     action = request.POST.get("action", "")
     if action not in Action.values:
         messages.error(request, f"Unknown action {action!r}.")

@@ -14,9 +14,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
-from delivery import replay_window
 from delivery.models import ReplayJob
-from delivery.replay_forms import WindowForm, last_hour
+from delivery.replays import window as replay_window
+from delivery.replays.forms import WindowForm, last_hour
 from tenants.models import AuditEntry, Endpoint
 
 JOBS_SHOWN = 25

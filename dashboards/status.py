@@ -29,12 +29,11 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from core import redis_connection
-from dashboards import pacing
+from dashboards import history, pacing
 from dashboards.pacing import Status
-from delivery import history
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.scheduler import Snapshot, TenantRow
+from delivery.scheduler import Snapshot, TenantRow, get_scheduler
+from delivery.upkeep import sampling
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Event
 
@@ -86,7 +85,7 @@ def tenants_of(keys: Iterable[TenantKey]) -> list[Tenant | None]:
 def take_snapshot() -> Snapshot | None:
     """One scheduler snapshot for a whole page; None when Redis does not answer."""
     try:
-        return get_scheduler().snapshot(top_n=history.top_n())
+        return get_scheduler().snapshot(top_n=sampling.top_n())
     except redis.RedisError:
         return None
 

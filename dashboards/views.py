@@ -16,10 +16,10 @@ from django.template.loader import render_to_string
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 
-from dashboards import pacing, status
+from dashboards import charts, history, pacing, status
 from dashboards.access import TenantAccess, is_tenant_admin, tenant_view
-from delivery import history
 from delivery.models import Attempt, Delivery
+from delivery.upkeep import sampling
 from tenants.models import Endpoint, Tenant
 
 FAILURES_SHOWN = 8
@@ -109,7 +109,7 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
     )[tenant.pk]
     facts, assessed, endpoints = found.facts, found.assessed, found.endpoints
     live = snapshot is not None
-    sampled_at = history.last_sampled_at() if live else None
+    sampled_at = sampling.last_sampled_at() if live else None
     return {
         "tenant": {"key": tenant.key, "name": str(tenant), "weight": tenant.weight},
         "generated_at": _iso(now),
@@ -159,7 +159,7 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
         "failures": failures,
         "history": {
             "last_sampled_at": _iso(sampled_at),
-            "sample_seconds": history.sample_seconds(),
+            "sample_seconds": sampling.sample_seconds(),
         },
     }
 
@@ -222,12 +222,12 @@ def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when else None
 
 
-def tenant_charts(tenant: Tenant) -> dict[str, history.Chart]:
+def tenant_charts(tenant: Tenant) -> dict[str, charts.Chart]:
     until = timezone.now()
     since = until - HISTORY_WINDOW
     series = history.tenant_series(tenant.pk, since)
     return {
-        "backlog-age": history.build_chart(
+        "backlog-age": charts.build_chart(
             "Backlog age (oldest waiting event)",
             series.age,
             since=since,
@@ -237,7 +237,7 @@ def tenant_charts(tenant: Tenant) -> dict[str, history.Chart]:
             width=CHART_WIDTH,
             height=CHART_HEIGHT,
         ),
-        "delivered": history.build_chart(
+        "delivered": charts.build_chart(
             "Delivered per minute",
             series.rate,
             since=since,

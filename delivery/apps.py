@@ -5,4 +5,4 @@ class DeliveryConfig(AppConfig):
     name = "delivery"
 
     def ready(self) -> None:
-        from delivery import signals  # noqa: F401  (connects the receivers)
+        from delivery.upkeep import signals  # noqa: F401  (connects the receivers)

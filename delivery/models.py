@@ -36,7 +36,7 @@ class Delivery(models.Model):
 
     class Lane(models.TextChoices):
         """The lane a delivery waits in. The scheduler has its own words for them
-        (delivery.scheduler.FRESH/RETRY); delivery.enqueueing maps one to the other."""
+        (delivery.scheduler.FRESH/RETRY); delivery.pipeline.enqueueing maps one to the other."""
 
         FRESH = "fresh", "Fresh"
         RETRY = "retry", "Retry"
@@ -165,7 +165,7 @@ class Attempt(models.Model):
 class TenantSample(models.Model):
     """One tenant's backlog and throughput at one sampling instant: the dashboards' history.
 
-    Written by `delivery.history.sample()` from the maintenance sweep, only for tenants
+    Written by `delivery.upkeep.sampling.sample()` from the maintenance sweep, only for tenants
     that were backlogged or busy, and pruned after HISTORY_RETENTION_HOURS. Charts read
     these rows instead of recounting attempts on every page view.
     """
@@ -200,7 +200,7 @@ class TenantSample(models.Model):
 
 class ReplayJob(models.Model):
     """A window of one tenant's finished deliveries sent again, fed into its lane a chunk
-    at a time by the maintenance sweep (delivery.replay_window). Deliveries get no column
+    at a time by the maintenance sweep (delivery.replays.window). Deliveries get no column
     for it (a hot table): the job keeps a keyset cursor and the ids of its last chunk."""
 
     class State(models.TextChoices):

@@ -26,9 +26,9 @@ from django.utils import timezone
 from core import plain_insert, plain_instances, plain_select
 from core.database import this_connection, vendor
 from core.ids import new_ulid, ulid_time_ms
-from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
-from delivery.partitions import Partition
+from delivery.pipeline.enqueueing import enqueue_on_commit
+from delivery.upkeep.partitions import Partition
 from tenants.models import Endpoint, Tenant
 from webhooks import key_hygiene
 from webhooks.fairness_key import KeyResult
@@ -203,7 +203,7 @@ def _existing(source: Source | None, tenant: Tenant | None, idempotency_key: str
 def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Delivery]:
     # A delivery's id carries its event's time, not its own: on PostgreSQL it then lives
     # in its event's day partition, and the day's partitions are dropped together
-    # (delivery.partitions). Its own time is `enqueued_at`: at ingest, its event's
+    # (delivery.upkeep.partitions). Its own time is `enqueued_at`: at ingest, its event's
     # arrival (one clock read per request, not one per row).
     # core.plain_instances: Delivery(**fields) was a sixth of a publish batch's CPU.
     event_ms = ulid_time_ms(event.id)

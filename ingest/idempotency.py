@@ -18,7 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, connection
 
 from core.database import this_connection, vendor
 from core.ids import ulid_floor
-from delivery import partitions
+from delivery.upkeep import partitions
 from webhooks.models import Event
 
 _in_use: set[tuple[str, str]] = set()
@@ -68,7 +68,7 @@ _STORED = (
     " AND e.idempotency_key = k.key AND e.idempotency_key IS NOT NULL AND {condition}"
     " AND e.id < %s LIMIT 1) e"
 )
-# The days ahead (delivery.partitions makes them a week early) hold no event yet: an id
+# The days ahead (delivery.upkeep.partitions makes them a week early) hold no event yet: an id
 # is its event's time, and no clock here is a day fast. Bounding the id lets PostgreSQL
 # leave those partitions out when it plans: a single key's look-up planned 0.33 ms with
 # every partition and 0.05 ms without the empty ones.

@@ -226,7 +226,7 @@ if TENANT_DEFAULT_RATE_PER_SECOND > 10_000:
 LEASE_SECONDS = env_int("LEASE_SECONDS", 30, minimum=2, maximum=60)
 
 # Delivery workers.
-# Requests one worker process drives at once (one libcurl multi loop, delivery/engine.py):
+# Requests one worker process drives at once (one libcurl multi loop, delivery/pipeline/engine.py):
 # an endpoint that never answers holds one of these until its timeout, so this is sized
 # for hundreds of hung endpoints beside healthy traffic (docs/BENCHMARKS.md: memory per
 # request). DELIVERY_SLOTS is its name from before the loop, still read.
@@ -280,17 +280,17 @@ LOGGING = {
 }
 
 # `python manage.py rqworker default maintenance` runs delivery workers: RQ workers
-# whose process also runs a delivery engine of DELIVERY_CONCURRENCY requests (delivery/worker.py).
+# whose process also runs a delivery engine of DELIVERY_CONCURRENCY requests (delivery/worker/rq_worker.py).
 RQ = {"WORKER_CLASS": env_str("RQ_WORKER_CLASS", "delivery.worker.DeliveryWorker")}
 MAINTENANCE_INTERVAL_SECONDS = env_int("MAINTENANCE_INTERVAL_SECONDS", 15, minimum=1)
-# A window replay (delivery.replay_window) feeds this many deliveries into the tenant's lane
+# A window replay (delivery.replays.window) feeds this many deliveries into the tenant's lane
 # at a time, and the next chunk only once these have left it. Workers look for a chunk
 # to feed every REPLAY_FEED_SECONDS (one of them at a time), besides each sweep.
 REPLAY_CHUNK_SIZE = env_int("REPLAY_CHUNK_SIZE", 200, minimum=1, maximum=10_000)
 REPLAY_FEED_SECONDS = env_float("REPLAY_FEED_SECONDS", 1.0, minimum=0.1)
 # Previews stop counting here and say "more than": a count over a huge window is a long scan.
 REPLAY_COUNT_LIMIT = env_int("REPLAY_COUNT_LIMIT", 100_000, minimum=1)
-# Retention (delivery.retention, pruned in bounded batches by the maintenance sweep;
+# Retention (delivery.upkeep.retention, pruned in bounded batches by the maintenance sweep;
 # docs/RELIABILITY.md "What is kept and for how long"). Open work is never pruned.
 RETENTION_DAYS = env_int("RETENTION_DAYS", 30, minimum=1)
 DEAD_LETTER_RETENTION_DAYS = env_int("DEAD_LETTER_RETENTION_DAYS", 90, minimum=1)
@@ -307,7 +307,7 @@ if PAYLOAD_RETENTION_DAYS > RETENTION_DAYS:
 RETENTION_BATCH_SIZE = env_int("RETENTION_BATCH_SIZE", 2000, minimum=1, maximum=50_000)
 RETENTION_SWEEP_SECONDS = env_float("RETENTION_SWEEP_SECONDS", 5.0, minimum=0.1)
 # PostgreSQL: events, deliveries and attempts live in one partition per day (UTC); the
-# sweep makes this many days ahead (delivery.partitions), and drops a day whole once it is
+# sweep makes this many days ahead (delivery.upkeep.partitions), and drops a day whole once it is
 # past RETENTION_DAYS. Days not made in time still take rows (the default partition).
 PARTITION_DAYS_AHEAD = env_int("PARTITION_DAYS_AHEAD", 7, minimum=1, maximum=90)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.

@@ -17,11 +17,9 @@ from django.db import connection
 from django.test import override_settings
 
 from core.redis_cost import NOT_MEASURED, ServerWork, per_delivery, server_work
-from delivery.engine import UNRECORDED_AHEAD
-from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Attempt
-from delivery.scheduler import Scheduler
-from delivery.scheduler.sharded import ShardedScheduler
+from delivery.pipeline.engine import UNRECORDED_AHEAD
+from delivery.scheduler import Scheduler, ShardedScheduler, get_scheduler, reset_scheduler
 from simulation.environment import RedisDatabase, Workers, child_env, schedule_env
 from simulation.receiver import Receiver
 from simulation.report import SPLIT, Observed, summarize

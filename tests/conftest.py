@@ -165,7 +165,7 @@ def scheduler_conn(scheduler_redis_url: str) -> Iterator[redis_connection.Client
 def scheduler_shards(request: pytest.FixtureRequest, settings) -> Iterator[int]:
     """The test runs with the schedule in one shard, then split in three (same Redis):
     whatever reads it through get_scheduler() must see the shards merged."""
-    from delivery.enqueueing import reset_scheduler
+    from delivery.scheduler import reset_scheduler
 
     settings.SCHEDULER_SHARDS = request.param
     reset_scheduler()
@@ -176,7 +176,7 @@ def scheduler_shards(request: pytest.FixtureRequest, settings) -> Iterator[int]:
 @pytest.fixture
 def engine():
     """start(concurrency) runs a DeliveryEngine in this process; all are stopped after."""
-    from delivery.engine import DeliveryEngine
+    from delivery.pipeline.engine import DeliveryEngine
 
     engines: list[DeliveryEngine] = []
 

@@ -1,6 +1,6 @@
 """Query plans read in the parent tables' terms.
 
-On PostgreSQL the history tables are partitioned (delivery.partitions): a plan names each
+On PostgreSQL the history tables are partitioned (delivery.upkeep.partitions): a plan names each
 partition and each partition's own copy of an index. Tests that ask "does this query use
 index X" mean the model's index, whichever partitions it is read in.
 """

@@ -138,7 +138,7 @@ class Event(models.Model):
     headers = models.JSONField(default=dict, blank=True)
     content_type = models.CharField(max_length=200, blank=True, default="application/json")
     payload = models.BinaryField()
-    # Set when retention (delivery.retention) emptied `payload` after PAYLOAD_RETENTION_DAYS:
+    # Set when retention (delivery.upkeep.retention) emptied `payload` after PAYLOAD_RETENTION_DAYS:
     # the row and its metadata stay, and pages say the payload was removed, not that it
     # was empty.
     payload_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -1,5 +1,5 @@
 """Events, deliveries and attempts in daily time partitions on PostgreSQL (nothing on
-SQLite): delivery.partition_conversion says how and what it costs."""
+SQLite): delivery.upkeep.partition_conversion says how and what it costs."""
 
 import time
 
@@ -11,7 +11,8 @@ from core.ids import ulid_floor
 def partition(apps, schema_editor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
-    from delivery import partition_conversion, partitions
+    from delivery.upkeep import partition_conversion
+    from delivery.upkeep import partitions
 
     if partitions.in_use():
         return

@@ -1,14 +1,17 @@
 """The fair scheduler: the only module that knows a Redis key of the schedule.
 
-Usage: ``Scheduler.from_settings(connection)`` then enqueue / pick / ack / retry_later / renew /
+Usage: ``get_scheduler()`` (the process's one, from settings) or
+``Scheduler.from_settings(connection)`` then enqueue / pick / ack / retry_later / renew /
 wait, and pause_endpoint after a Retry-After; operators use set_tenant / set_endpoint
 (weights, pauses, caps, rates) / snapshot; rebuilds use epoch / start_epoch / clear.
 Several shards (split by endpoint): ``ShardedScheduler``, the same face over S Schedulers.
 Design and guarantees: docs/SCHEDULER.md.
 """
 
+from .access import get_scheduler, install_scheduler, reset_scheduler
 from .scheduler import Scheduler
 from .sharded import ShardedScheduler, ShardsUnavailable, shard_index
+from .snapshot import DEFAULT_AGE_BUCKETS
 from .values import (
     FRESH,
     RETRY,
@@ -21,6 +24,7 @@ from .values import (
 )
 
 __all__ = [
+    "DEFAULT_AGE_BUCKETS",
     "FRESH",
     "RETRY",
     "EndpointRow",
@@ -32,5 +36,8 @@ __all__ = [
     "ShardsUnavailable",
     "Snapshot",
     "TenantRow",
+    "get_scheduler",
+    "install_scheduler",
+    "reset_scheduler",
     "shard_index",
 ]

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 
 from core import netguard
 from core.netguard import is_forbidden_address, validate_destination_url
-from delivery import transport
+from delivery.pipeline import transport
 from tests.http_receivers import Recorder, ScriptedServer
 
 

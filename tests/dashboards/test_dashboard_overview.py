@@ -9,10 +9,10 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery import enqueueing
-from delivery.maintenance import rebuild_schedule
 from delivery.models import Delivery
-from delivery.scheduler import Scheduler
+from delivery.pipeline import enqueueing
+from delivery.scheduler import Scheduler, get_scheduler, install_scheduler, reset_scheduler
+from delivery.upkeep.maintenance import rebuild_schedule
 from ingest.publish import publish
 from tenants.models import AuditEntry, Endpoint, Tenant
 from tests.factories import make_endpoint, make_tenant, make_user
@@ -30,9 +30,9 @@ def staff_client(client):
 
 @pytest.fixture
 def later(redis_conn):
-    enqueueing._scheduler = Scheduler(redis_conn, clock=lambda: time.time() + 300)
+    install_scheduler(Scheduler(redis_conn, clock=lambda: time.time() + 300))
     yield
-    enqueueing.reset_scheduler()
+    reset_scheduler()
 
 
 @pytest.fixture
@@ -135,11 +135,11 @@ def test_pause_resume_and_weight_reach_the_scheduler(staff_client, scene) -> Non
     loud = scene["loud"]
     act(staff_client, action="pause", tenant=loud.pk)
     assert not Tenant.objects.get(pk=loud.pk).is_active
-    rows = {r.tenant_id: r for r in enqueueing.get_scheduler().snapshot(top_n=10).tenants}
+    rows = {r.tenant_id: r for r in get_scheduler().snapshot(top_n=10).tenants}
     assert rows[loud.pk].paused
     act(staff_client, action="resume", tenant=loud.pk)
     act(staff_client, action="weight", tenant=loud.pk, weight=4)
-    rows = {r.tenant_id: r for r in enqueueing.get_scheduler().snapshot(top_n=10).tenants}
+    rows = {r.tenant_id: r for r in get_scheduler().snapshot(top_n=10).tenants}
     assert (rows[loud.pk].paused, rows[loud.pk].weight) == (False, 4)
     act(staff_client, action="weight", tenant=loud.pk, weight=3)  # not a tier: refused
     assert Tenant.objects.get(pk=loud.pk).weight == 4
@@ -203,11 +203,11 @@ def test_next_must_stay_on_this_site(staff_client, scene) -> None:
 
 
 def test_overview_says_so_when_redis_is_away(staff_client) -> None:
-    enqueueing._scheduler = Scheduler(redis.Redis.from_url("redis://127.0.0.1:1/0"))
+    install_scheduler(Scheduler(redis.Redis.from_url("redis://127.0.0.1:1/0")))
     try:
         page = staff_client.get(OVERVIEW)
     finally:
-        enqueueing.reset_scheduler()
+        reset_scheduler()
     assert page.status_code == 200
     assert "did not answer" in page.content.decode()
 

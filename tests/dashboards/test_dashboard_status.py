@@ -8,9 +8,10 @@ import redis
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery import enqueueing, history, maintenance
+from dashboards import charts, history
 from delivery.models import Attempt, Delivery, TenantSample
-from delivery.scheduler import Scheduler
+from delivery.scheduler import Scheduler, get_scheduler, install_scheduler, reset_scheduler
+from delivery.upkeep import maintenance, sampling
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant, make_user
 from webhooks.models import Event
@@ -22,9 +23,9 @@ AGE = 120.0  # seconds the scheduler's clock is moved ahead: every head is this 
 @pytest.fixture
 def later(redis_conn):
     """A scheduler whose clock runs AGE seconds ahead, so queued work looks AGE s old."""
-    enqueueing._scheduler = Scheduler(redis_conn, clock=lambda: time.time() + AGE)
+    install_scheduler(Scheduler(redis_conn, clock=lambda: time.time() + AGE))
     yield
-    enqueueing.reset_scheduler()
+    reset_scheduler()
 
 
 def status_of(client, tenant) -> dict:
@@ -63,7 +64,7 @@ def test_paced_tenant_status_after_a_known_scenario(client, later) -> None:
     # 30 went out 20 seconds ago: 30 per minute, so 40 left take 80 seconds.
     deliver(loud, 30, seconds_ago=20)
     Event.objects.update(received_at=timezone.now() - timedelta(seconds=10))
-    assert history.sample(force=True) >= 2
+    assert sampling.sample(force=True) >= 2
 
     data = status_of(client, loud)
     assert data["tenant"] == {"key": "loud.example", "name": "Loud", "weight": 1}
@@ -104,7 +105,7 @@ def test_failing_endpoint_shows_the_failure_and_the_next_retry(client) -> None:
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/flaky")
     accepted = publish(tenant, "orders/paid", {"n": 1})
     delivery = Delivery.objects.get(event=accepted.event)
-    scheduler = enqueueing.get_scheduler()
+    scheduler = get_scheduler()
     [lease] = scheduler.pick("test", 1).leases
     due = timezone.now() + timedelta(minutes=5)
     scheduler.retry_later(lease, due_at=due.timestamp())
@@ -145,7 +146,7 @@ def test_disabled_endpoint_holds_work_and_says_so(client) -> None:
     for i in range(3):
         publish(tenant, "x", {"i": i})
     Delivery.objects.update(status=Delivery.Status.HELD)
-    enqueueing.get_scheduler().clear()
+    get_scheduler().clear()
     endpoint.enabled = False
     endpoint.disabled_reason = "Disabled: HTTP 410 Gone"
     endpoint.save()
@@ -162,7 +163,7 @@ def test_a_tenant_held_back_by_its_own_rate_is_told_so(client) -> None:
     make_endpoint(tenant, "http://127.0.0.1:9/metered", max_in_flight=50)
     for i in range(20):
         publish(tenant, "orders/create", {"i": i})
-    scheduler = enqueueing.get_scheduler()
+    scheduler = get_scheduler()
     assert len(scheduler.pick("w", 5).leases) == 1  # a token a second: the rest wait for it
 
     data = status_of(client, tenant)
@@ -178,7 +179,7 @@ def test_an_endpoint_waiting_out_a_retry_after_is_explained(client) -> None:
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/busy")
     for i in range(4):
         publish(tenant, "orders/create", {"i": i})
-    scheduler = enqueueing.get_scheduler()
+    scheduler = get_scheduler()
     scheduler.pause_endpoint(endpoint.pk, time.time() + 120)
     assert scheduler.pick("w", 5).leases == []  # its lane parks behind the pause
 
@@ -205,12 +206,12 @@ def test_shared_destinations_show_without_their_url(client) -> None:
 
 def test_a_live_dashboard_survives_a_redis_outage(client, settings) -> None:
     tenant = make_tenant("calm.example")
-    enqueueing._scheduler = Scheduler(redis.Redis.from_url("redis://127.0.0.1:1/0"))
+    install_scheduler(Scheduler(redis.Redis.from_url("redis://127.0.0.1:1/0")))
     try:
         data = status_of(client, tenant)
         page = client.get(reverse("tenants:dashboard", args=[tenant.key]))
     finally:
-        enqueueing.reset_scheduler()
+        reset_scheduler()
     assert data["live"] is False
     assert "unavailable" in data["status"]["explanation"]
     assert page.status_code == 200
@@ -221,7 +222,7 @@ def test_dashboard_page_renders_the_numbers_and_two_svg_charts(client, later) ->
     make_endpoint(tenant)
     for i in range(4):
         publish(tenant, "x", {"i": i})
-    history.sample(force=True)
+    sampling.sample(force=True)
     client.force_login(make_user("alice", tenant=tenant))
     page = client.get(reverse("tenants:dashboard", args=[tenant.key])).content.decode()
     assert page.count("<svg") == 2 and 'class="line"' in page
@@ -246,7 +247,7 @@ def test_sample_records_backlogged_and_delivering_tenants_only(later) -> None:
     Event.objects.update(received_at=timezone.now() - timedelta(seconds=5))
     deliver(done, 1, seconds_ago=5)
 
-    assert history.sample(force=True) == 3
+    assert sampling.sample(force=True) == 3
     rows = {row.tenant_id: row for row in TenantSample.objects.all()}
     assert set(rows) == {busy.pk, done.pk, None}  # None: the fallback lane, always sampled
     assert rows[busy.pk].queued == 6
@@ -259,8 +260,8 @@ def test_sampling_is_gated_to_one_per_interval(later) -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
     publish(tenant, "x", {})
-    assert history.sample() == 2  # the tenant and the fallback lane
-    assert history.sample() == 0  # too soon: another worker's sweep, say
+    assert sampling.sample() == 2  # the tenant and the fallback lane
+    assert sampling.sample() == 0  # too soon: another worker's sweep, say
     assert TenantSample.objects.count() == 2
 
 
@@ -272,7 +273,7 @@ def test_old_samples_are_pruned(later, settings) -> None:
         tenant=tenant, at=timezone.now() - timedelta(hours=2), interval_seconds=30
     )
     publish(tenant, "x", {})
-    history.sample(force=True)
+    sampling.sample(force=True)
     assert TenantSample.objects.count() == 2
     assert not TenantSample.objects.filter(at__lt=timezone.now() - timedelta(minutes=1)).exists()
 
@@ -281,7 +282,7 @@ def test_the_maintenance_sweep_takes_the_samples(later) -> None:
     tenant = make_tenant()
     make_endpoint(tenant)
     publish(tenant, "x", {})
-    enqueueing.get_scheduler().start_epoch()
+    get_scheduler().start_epoch()
     maintenance.sweep()
     assert TenantSample.objects.filter(tenant=tenant).count() == 1
 
@@ -304,14 +305,14 @@ def test_series_draw_idle_as_zero_and_break_where_nothing_was_sampled(settings) 
     values = [p.value for p in series.age]
     assert values == [40.0, 70.0, *[0.0] * 7, None, 0.0, 0.0, 20.0]
     assert series.rate[0].value == 30.0  # 15 in 30 s
-    chart = history.build_chart("t", series.age, since=now - timedelta(hours=1), until=now, fmt=str)
+    chart = charts.build_chart("t", series.age, since=now - timedelta(hours=1), until=now, fmt=str)
     assert chart.line.count("M") == 2  # two runs of samples, no line across the gap
 
 
 def test_chart_spans_at_least_ten_minutes_and_at_most_the_hour() -> None:
     now = timezone.now()
     recent = [history.Point(now - timedelta(seconds=s), 5.0) for s in (60, 30, 0)]
-    chart = history.build_chart(
+    chart = charts.build_chart(
         "t", recent, since=now - timedelta(hours=1), until=now, fmt=str, duration_axis=True
     )
     assert not chart.empty
@@ -320,5 +321,5 @@ def test_chart_spans_at_least_ten_minutes_and_at_most_the_hour() -> None:
     xs = [float(pair.lstrip("ML").split(",")[0]) for pair in chart.line.split()]
     assert xs[-1] == pytest.approx(chart.right, abs=1)
     assert xs[0] > chart.left + chart.plot_width * 0.8  # the last minute of ten
-    empty = history.build_chart("t", [], since=now - timedelta(hours=1), until=now, fmt=str)
+    empty = charts.build_chart("t", [], since=now - timedelta(hours=1), until=now, fmt=str)
     assert empty.empty and empty.line == "" and len(empty.x_ticks) == 6

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from dashboards.endpoint_actions import TEST_EVENTS_PER_MINUTE
 from dashboards.endpoint_health import endpoint_health, recent_attempts
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tenants import share
 from tenants.models import AuditEntry, Endpoint, EndpointSecret, Membership

@@ -7,8 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from core.ids import new_ulid
-from delivery.enqueueing import get_scheduler, reset_scheduler
-from delivery.scheduler import Item
+from delivery.scheduler import Item, get_scheduler, reset_scheduler
 from tests.factories import make_endpoint, make_tenant
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from core.ids import new_ulid
-from delivery.enqueueing import get_scheduler
-from delivery.scheduler import Item
+from delivery.scheduler import Item, get_scheduler, reset_scheduler
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_source, make_tenant
 from tests.metrics_helpers import scrape, value
@@ -95,14 +94,13 @@ def test_series_stay_bounded_and_the_scrape_costs_a_fixed_number_of_redis_calls(
 
 
 def test_scheduler_down_is_reported_not_an_error(client, settings) -> None:
-    from delivery import enqueueing
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    enqueueing.reset_scheduler()
+    reset_scheduler()
     try:
         samples = scrape(client)
     finally:
-        enqueueing.reset_scheduler()
+        reset_scheduler()
     assert value(samples, "webhook_scheduler_up") == 0
 
 

@@ -8,9 +8,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery import maintenance
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery, ReplayJob
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import maintenance
 from tenants import share
 from tenants.models import AuditEntry, Membership
 from tests.delivery.test_replay_window import finished_deliveries

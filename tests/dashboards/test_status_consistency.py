@@ -13,9 +13,8 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from dashboards import status
-from delivery import enqueueing
 from delivery.models import Delivery
-from delivery.scheduler import Scheduler
+from delivery.scheduler import Scheduler, install_scheduler, reset_scheduler
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
 
@@ -26,9 +25,10 @@ AGE = 120.0  # seconds the scheduler's clock runs ahead: every queued head is th
 @pytest.fixture
 def later(redis_conn):
     """A scheduler whose clock runs AGE seconds ahead, so queued work looks AGE s old."""
-    enqueueing._scheduler = Scheduler(redis_conn, clock=lambda: time.time() + AGE)
-    yield enqueueing._scheduler
-    enqueueing.reset_scheduler()
+    scheduler = Scheduler(redis_conn, clock=lambda: time.time() + AGE)
+    install_scheduler(scheduler)
+    yield scheduler
+    reset_scheduler()
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 import redis
 import requests
 
-from delivery import enqueueing
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler, reset_scheduler
 from tests import signing
 from tests.delivery_helpers import start_worker, statuses, wait_until
 from tests.factories import make_endpoint, make_source, make_tenant
@@ -174,9 +174,9 @@ def private_redis(settings, tmp_path):
     private = PrivateRedis(tmp_path)
     private.start()
     settings.REDIS_URL = private.url
-    enqueueing.reset_scheduler()
+    reset_scheduler()
     yield private
-    enqueueing.reset_scheduler()
+    reset_scheduler()
     private.stop()
 
 
@@ -250,7 +250,7 @@ def test_load_every_event_delivered_exactly_once_and_no_lane_starves(
     # Leases long enough that a loaded machine never lets one expire: no crash, no duplicate.
     # A deployed schedule has its epoch; without it the first sweep rebuilds the lanes
     # from the database while events arrive, which may send a few twice (by design).
-    enqueueing.get_scheduler().start_epoch()
+    get_scheduler().start_epoch()
     start(LEASE_SECONDS="30")
     start(LEASE_SECONDS="30")
     offset = time.time() - time.monotonic()  # the receiver records monotonic arrival times

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from django.db.models import Count
 
-from delivery import maintenance
-from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler, reset_scheduler
+from delivery.upkeep import maintenance
 from ingest.publish import publish
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant

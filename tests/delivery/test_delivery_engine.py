@@ -10,12 +10,11 @@ from datetime import UTC, datetime
 import pytest
 
 from core.ids import new_ulid
-from delivery import engine as engine_module
-from delivery import loading
-from delivery.engine import DeliveryEngine
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
-from delivery.scheduler import Item, Lease
+from delivery.pipeline import engine as engine_module
+from delivery.pipeline import loading
+from delivery.pipeline.engine import DeliveryEngine
+from delivery.scheduler import Item, Lease, get_scheduler
 from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
@@ -206,7 +205,7 @@ def test_endpoint_cap_is_never_exceeded_and_deferrals_are_not_attempts(engine) -
 def test_a_cap_counts_open_requests_not_answers_waiting_to_be_recorded(engine, monkeypatch) -> None:
     # The recorder is held up (as by a busy database): answered requests wait to be
     # recorded, yet the endpoint's one slot goes to the next delivery as each answer comes.
-    from delivery import engine as engine_module
+    from delivery.pipeline import engine as engine_module
 
     recording_allowed = threading.Event()
     settle = engine_module.sending.settle
@@ -402,7 +401,7 @@ def test_a_renewal_racing_an_acknowledgement_reports_no_lost_lease(caplog) -> No
     engine._releasing.add(acked.delivery_id)  # being recorded: its ack is on the way
     scheduler.ack([acked, vanished])  # the second one's ack stands in for an expiry
 
-    with caplog.at_level("WARNING", logger="delivery.engine"):
+    with caplog.at_level("WARNING", logger="delivery.pipeline.engine"):
         assert engine.renew_leases() == [vanished.delivery_id]
     assert "1 leases expired before renewal" in caplog.text
 

@@ -6,9 +6,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from core import redis_connection
-from delivery import maintenance
-from delivery.enqueueing import get_scheduler, reset_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler, reset_scheduler
+from delivery.upkeep import maintenance
 from ingest.publish import publish
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant

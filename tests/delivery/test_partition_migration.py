@@ -64,7 +64,7 @@ CHECK = """
 import django, json
 django.setup()
 from django.db import IntegrityError, connection, transaction
-from delivery import partitions
+from delivery.upkeep import partitions
 from delivery.models import Attempt, Delivery
 from ingest.accept import accept
 from webhooks.models import Event, Source

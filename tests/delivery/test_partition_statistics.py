@@ -1,4 +1,4 @@
-"""delivery.partition_statistics: the sweep analyzes a day's partition that filled since
+"""delivery.upkeep.partition_statistics: the sweep analyzes a day's partition that filled since
 it was last analyzed, when autovacuum has not (it is off on these machines), so the
 planner probes the day through the index that fits the query."""
 
@@ -7,7 +7,7 @@ from django.db import connection
 
 from core import plain_insert, plain_instances
 from core.ids import new_ulid
-from delivery import partition_statistics, partitions
+from delivery.upkeep import partition_statistics, partitions
 from ingest import idempotency
 from tests.factories import make_tenant
 from tests.waiting import wait_until
@@ -36,7 +36,7 @@ def _last_analyzed(partition: str):
 
 
 def test_the_sweep_analyzes_a_day_that_filled_and_then_leaves_it(monkeypatch) -> None:
-    from delivery import maintenance
+    from delivery.upkeep import maintenance
 
     tenant = make_tenant()
     today = idempotency.own_partition(new_ulid())

@@ -1,4 +1,4 @@
-"""Time partitions on PostgreSQL (delivery.partitions): the layout the migration leaves,
+"""Time partitions on PostgreSQL (delivery.upkeep.partitions): the layout the migration leaves,
 deliveries and attempts in their event's day, idempotency across days, dropping an
 expired day with what must stay put back, rows stranded in the default partition.
 
@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 
 from core.ids import new_ulid, ulid_time_ms
-from delivery import partitions, retention
 from delivery.models import Attempt, Delivery
+from delivery.upkeep import partitions, retention
 from ingest.accept import accept, accept_many
 from tests.delivery.test_retention import old_event
 from tests.factories import make_endpoint, make_source, make_tenant
@@ -195,7 +195,7 @@ def test_a_day_made_late_takes_its_rows_from_the_default_partition(hook, setting
 def test_the_sweep_makes_the_days_ahead(settings, monkeypatch) -> None:
     """The newest day is dropped (as if the sweep had been down a day); the next sweep
     makes it again, once: the upkeep looks at most once a minute."""
-    from delivery import maintenance
+    from delivery.upkeep import maintenance
 
     newest = partitions.partitions(partitions.EVENT)[-2]
     with connection.cursor() as cursor:

@@ -13,11 +13,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from delivery import records, sending
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
-from delivery.policy import INTERNAL
-from delivery.transport import Transport
+from delivery.pipeline import records, sending
+from delivery.pipeline.policy import INTERNAL
+from delivery.pipeline.transport import Transport
+from delivery.scheduler import get_scheduler
 from ingest.accept import accept
 from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret

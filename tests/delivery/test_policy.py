@@ -7,9 +7,9 @@ from django.conf import settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delivery import transport
-from delivery.policy import Action, Decision, decide
-from delivery.transport import HttpResult
+from delivery.pipeline import transport
+from delivery.pipeline.policy import Action, Decision, decide
+from delivery.pipeline.transport import HttpResult
 
 SCHEDULE = (5.0, 300.0, 1800.0)
 NO_JITTER = {"schedule": SCHEDULE, "jitter": 0.0, "retry_after_max": 3600.0}

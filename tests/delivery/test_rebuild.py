@@ -10,11 +10,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from core.ids import new_ulid
-from delivery import enqueueing, maintenance
-from delivery.enqueueing import get_scheduler
-from delivery.maintenance import RebuildInProgress
 from delivery.models import Delivery
-from delivery.scheduler import Item, Scheduler, ShardedScheduler, shard_index
+from delivery.pipeline import enqueueing
+from delivery.scheduler import Item, Scheduler, ShardedScheduler, get_scheduler, shard_index
+from delivery.upkeep import maintenance
+from delivery.upkeep.maintenance import RebuildInProgress
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
 from tests.private_redis import free_port

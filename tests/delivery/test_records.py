@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from delivery import records
-from delivery.loading import load_many
 from delivery.models import Attempt, Delivery
-from delivery.policy import Action, Decision
-from delivery.transport import HttpResult
+from delivery.pipeline import records
+from delivery.pipeline.loading import load_many
+from delivery.pipeline.policy import Action, Decision
+from delivery.pipeline.transport import HttpResult
 from tests.factories import make_backlog
 from tests.pg_plans import in_parent_names
 

@@ -6,10 +6,11 @@ import pytest
 from django.utils import timezone
 
 from core.ids import new_ulid
-from delivery import maintenance, replay_window
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.replay_window import Window
+from delivery.replays import window as replay_window
+from delivery.replays.window import Window
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import maintenance
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
 from webhooks.models import Event

@@ -3,9 +3,9 @@
 import pytest
 from django.utils import timezone
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.replay import replay, resend
+from delivery.replays.resend import replay, resend
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_tenant
 

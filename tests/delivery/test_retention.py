@@ -1,4 +1,4 @@
-"""Retention (delivery.retention): expired history goes in bounded batches, open work never.
+"""Retention (delivery.upkeep.retention): expired history goes in bounded batches, open work never.
 
 Runs on SQLite and PostgreSQL (CI runs the suite on both). Rows are made "old" the way
 they really are: ids (ULIDs) carry their creation time, and delivered_at / at / created_at
@@ -20,10 +20,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.ids import new_ulid
-from delivery import maintenance, retention
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery, ReplayJob
-from delivery.replay import resend
+from delivery.replays.resend import resend
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import maintenance, retention
 from tenants.models import AuditEntry, Membership
 from tests.factories import make_endpoint, make_tenant, make_user
 from tests.pg_plans import in_parent_names
@@ -286,7 +286,7 @@ def test_finished_replay_jobs_follow_retention_days(hook) -> None:
 def test_the_sweep_prunes_and_reports_it(hook, caplog) -> None:
     old_event(hook, 31)
     get_scheduler().start_epoch()
-    with caplog.at_level("INFO", logger="delivery.retention"):
+    with caplog.at_level("INFO", logger="delivery.upkeep.retention"):
         result = maintenance.sweep()
     assert "retention pruned 1 deliveries, 1 attempts, 1 events" in caplog.text
     assert result["pruned_deliveries"] == 1

@@ -601,8 +601,9 @@ def test_without_rates_nothing_new_is_stored_and_a_pick_is_still_one_round_trip(
 
 @pytest.mark.django_db
 def test_database_rates_reach_the_schedule(settings, django_capture_on_commit_callbacks):
-    from delivery.enqueueing import get_scheduler, item_for, reset_scheduler
     from delivery.models import Delivery
+    from delivery.pipeline.enqueueing import item_for
+    from delivery.scheduler import get_scheduler, reset_scheduler
     from tenants.models import Endpoint, Tenant
 
     reset_scheduler()
@@ -642,8 +643,8 @@ def test_items_for_a_group_are_each_delivery_s_own(settings):
     retry due later must each still carry their own."""
     from django.utils import timezone
 
-    from delivery.enqueueing import item_for, items_for
     from delivery.models import Delivery
+    from delivery.pipeline.enqueueing import item_for, items_for
     from tenants.models import Endpoint, Tenant
 
     settings.TENANT_DEFAULT_RATE_PER_SECOND = 0

@@ -5,10 +5,10 @@ import pytest
 import redis
 from django.utils import timezone
 
-from delivery import sending
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.transport import HttpResult
+from delivery.pipeline import sending
+from delivery.pipeline.transport import HttpResult
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish_to_endpoint
 from tests.factories import make_endpoint, make_tenant
 

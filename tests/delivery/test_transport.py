@@ -18,7 +18,7 @@ import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delivery import transport
+from delivery.pipeline import transport
 from tests.http_receivers import (
     DroppingServer,
     FullBacklogListener,

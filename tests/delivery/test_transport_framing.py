@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from delivery import transport
+from delivery.pipeline import transport
 from tests.http_receivers import (
     DroppingServer,
     HangingServer,
@@ -500,7 +500,7 @@ _SLOW_DNS_CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import django, os
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    from delivery import transport
+    from delivery.pipeline import transport
 
     queries = []
     server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

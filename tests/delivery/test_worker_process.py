@@ -8,8 +8,8 @@ import time
 import pytest
 from rq import Queue, Worker
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tests.delivery_helpers import start_worker, statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
@@ -113,7 +113,7 @@ def test_worker_loop_steps_ride_out_a_redis_outage(tmp_path) -> None:
     connection = redis.Redis.from_url(private_redis.url)
     worker = DeliveryWorker(["maintenance"], connection=connection)
     queue = Queue("maintenance", connection=connection)
-    job = queue.enqueue("delivery.maintenance.sweep")  # dequeued just before the outage
+    job = queue.enqueue("delivery.upkeep.maintenance.sweep")  # dequeued just before the outage
     private_redis.stop()
     worker.subscribe()  # start-up steps after registering, when Redis goes right then
     worker.set_state("started")
@@ -133,8 +133,8 @@ def test_a_window_replay_is_fed_by_the_workers_between_sweeps(workers, redis_con
 
     from django.utils import timezone
 
-    from delivery import replay_window
     from delivery.models import ReplayJob
+    from delivery.replays import window as replay_window
 
     with Recorder() as receiver:
         tenant = make_tenant("acme")

@@ -11,8 +11,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from delivery import endpoint_health
 from delivery.models import Delivery
+from delivery.pipeline import endpoint_health
 from ingest import config_cache
 from ingest.accept import load_source, tenant_by_key
 from tenants.models import Endpoint, Tenant

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core import plain_insert, plain_instances
 from core.ids import new_ulid
-from delivery import partitions
+from delivery.upkeep import partitions
 from ingest import idempotency
 from ingest.accept import accept, accept_many
 from tests.factories import event_days_ago, make_endpoint, make_tenant, published_fields

@@ -15,8 +15,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler, reset_scheduler
 from ingest import config_cache, views
 from tenants.models import EndpointSecret, Tenant
 from tests import signing
@@ -337,17 +337,17 @@ def test_database_unavailable_is_503_never_2xx(client, shop_source, tmp_path) ->
 def test_redis_unavailable_still_acknowledges_and_the_sweeper_schedules_later(
     client, shop_source, settings
 ) -> None:
-    from delivery import enqueueing, maintenance
+    from delivery.upkeep import maintenance
 
     make_tenant("a.example")
     real_url = settings.REDIS_URL
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    enqueueing.reset_scheduler()
+    reset_scheduler()
     try:
         response = post_shopify(client, b'{"n": 1}')
     finally:
         settings.REDIS_URL = real_url
-        enqueueing.reset_scheduler()
+        reset_scheduler()
     assert response.status_code == 202
     delivery = Delivery.objects.get()
     assert delivery.needs_schedule
@@ -370,14 +370,13 @@ def test_a_hanging_redis_delays_ingest_by_its_timeout_never_more(
 ) -> None:
     """A Redis that accepts connections and never answers (a partition, a stopped
     process) costs each request a bounded wait; the event is stored and acknowledged."""
-    from delivery import enqueueing
 
     make_tenant("a.example")
     real_url = settings.REDIS_URL
     settings.REDIS_SOCKET_TIMEOUT = 1.0
     with HangingServer() as hanging:
         settings.REDIS_URL = f"redis://127.0.0.1:{hanging.port}/0"
-        enqueueing.reset_scheduler()
+        reset_scheduler()
         try:
             timings = []
             for n in range(3):
@@ -387,7 +386,7 @@ def test_a_hanging_redis_delays_ingest_by_its_timeout_never_more(
                 assert response.status_code == 202
         finally:
             settings.REDIS_URL = real_url
-            enqueueing.reset_scheduler()
+            reset_scheduler()
     # The first request waits out the key counting and the enqueue (1 s each); then
     # counting pauses and only the enqueue's timeout is paid.
     assert timings[0] < 4.0, timings

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 from ingest.accept import accept
 from ingest.publish import PublishError, publish
 from tests.factories import make_endpoint, make_source, make_tenant

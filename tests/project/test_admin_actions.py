@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tenants.models import AuditEntry, EndpointSecret
 from tests.factories import make_endpoint, make_tenant

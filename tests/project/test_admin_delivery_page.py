@@ -9,8 +9,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tenants.models import AuditEntry
 from tests.factories import make_endpoint, make_tenant, make_user

@@ -78,7 +78,7 @@ def record_attempts() -> None:
     for number, delivery in enumerate(Delivery.objects.order_by("id"), start=1):
         Attempt.objects.create(
             delivery=delivery,
-            endpoint_id=delivery.endpoint_id,  # as delivery.records writes them
+            endpoint_id=delivery.endpoint_id,  # as delivery.pipeline.records writes them
             number=1,
             started_at=datetime(2026, 12, 4, 10, 0, number, tzinfo=UTC),
             status_code=500,

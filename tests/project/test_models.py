@@ -74,7 +74,7 @@ def test_api_token_stores_only_a_hash() -> None:
 
 
 def test_open_and_closed_statuses_partition_the_choices() -> None:
-    """Recording finds open rows as "not closed" (delivery/records.py): that is only the
+    """Recording finds open rows as "not closed" (delivery/pipeline/records.py): that is only the
     same set while every status is in exactly one of the two."""
     every = {value for value, _ in Delivery.Status.choices}
     assert set(Delivery.OPEN_STATUSES) | set(Delivery.CLOSED_STATUSES) == every

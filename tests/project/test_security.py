@@ -53,7 +53,7 @@ def test_login_form_needs_a_csrf_token() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_secrets_never_reach_the_logs(client, caplog, settings) -> None:
-    from delivery.engine import DeliveryEngine
+    from delivery.pipeline.engine import DeliveryEngine
     from ingest.publish import publish
     from tests.delivery_helpers import statuses, wait_until
     from tests.http_receivers import Recorder

@@ -86,7 +86,7 @@ def test_a_flood_runs_with_its_schedule_sharded_on_a_redis_cluster(
 
 
 def test_a_schedule_the_simulation_did_not_write_is_not_cleared(redis_conn, settings) -> None:
-    from delivery.enqueueing import get_scheduler, reset_scheduler
+    from delivery.scheduler import get_scheduler, reset_scheduler
     from simulation.runner import claim_schedule
 
     settings.SCHEDULER_SHARD = SCHEDULE_TAG_BASE

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.contrib.auth.models import User
 
-from delivery.enqueueing import reset_scheduler
+from delivery.scheduler import reset_scheduler
 from ingest import config_cache
 from tenants.models import Tenant
 from tests import signing

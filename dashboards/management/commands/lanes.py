@@ -6,8 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from dashboards import status
-from delivery.enqueueing import get_scheduler
-from delivery.scheduler import Snapshot
+from delivery.scheduler import Snapshot, get_scheduler
 from tenants.models import Endpoint
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delivery.retention import prune
+from delivery.upkeep.retention import prune
 
 
 class Command(BaseCommand):

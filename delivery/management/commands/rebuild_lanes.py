@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery.enqueueing import get_scheduler
-from delivery.maintenance import REBUILD_LOCK_SECONDS, RebuildInProgress, rebuild_schedule
-from delivery.scheduler import Scheduler
+from delivery.scheduler import Scheduler, get_scheduler
+from delivery.upkeep.maintenance import REBUILD_LOCK_SECONDS, RebuildInProgress, rebuild_schedule
 
 
 def _tags(text: str) -> list[int]:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import requests
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery.enqueueing import get_scheduler
+from delivery.scheduler import get_scheduler
 from simulation import demo
 
 BATCH = 500  # events per publish-API request (its PUBLISH_MAX_BATCH default)

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from delivery import maintenance
-from delivery.enqueueing import get_scheduler
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import maintenance
 from simulation import demo
 from tenants.models import Tenant
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tenants.models import AuditEntry
 from tests.dashboards.browser.test_admin_layout import admin_page  # noqa: F401 (a fixture)

@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from delivery import maintenance
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery, ReplayJob
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import maintenance
 from tenants.models import Membership
 from tests.delivery.test_replay_window import finished_deliveries
 from tests.factories import make_endpoint, make_tenant, make_user

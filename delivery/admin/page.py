@@ -1,5 +1,5 @@
 """The delivery's own admin page: read-only evidence, with "Resend" and "Retry now" as
-POST buttons on it. Kept out of delivery/admin.py so DeliveryAdmin stays a list of
+POST buttons on it. Kept out of delivery/admin/deliveries.py so DeliveryAdmin stays a list of
 settings; DeliveryAdmin mixes this in."""
 
 from collections.abc import Callable
@@ -13,8 +13,8 @@ from django.shortcuts import redirect
 from django.urls import path, reverse
 
 from delivery.models import Delivery
-from delivery.replay import RESENDABLE, resend
-from delivery.retry_now import RetryNow, retry_now
+from delivery.replays.resend import RESENDABLE, resend
+from delivery.replays.retry_now import RetryNow, retry_now
 from tenants import audit
 from tenants.models import AuditEntry
 

@@ -12,8 +12,8 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from delivery.endpoint_health import release_held
-from delivery.enqueueing import get_scheduler
+from delivery.pipeline.endpoint_health import release_held
+from delivery.scheduler import get_scheduler
 from tenants.models import Endpoint, Tenant
 from tenants.signals import endpoint_enabled
 

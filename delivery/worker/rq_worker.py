@@ -21,8 +21,9 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from core import redis_connection
-from delivery import maintenance, replay_window
-from delivery.engine import DeliveryEngine
+from delivery.pipeline.engine import DeliveryEngine
+from delivery.replays import window as replay_window
+from delivery.upkeep import maintenance
 
 logger = logging.getLogger(__name__)
 SWEEP_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:sweep-lock"
@@ -158,7 +159,9 @@ class DeliveryWorker(SimpleWorker):
                     # RQ's main loop, which may still be backing off from the same outage.
                     maintenance.sweep()
                 else:
-                    queue.enqueue("delivery.maintenance.sweep", job_timeout=300, result_ttl=600)
+                    queue.enqueue(
+                        "delivery.upkeep.maintenance.sweep", job_timeout=300, result_ttl=600
+                    )
             except redis.RedisError as exc:
                 logger.warning("could not schedule maintenance: %s", exc)
             except Exception:

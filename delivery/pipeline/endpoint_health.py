@@ -14,9 +14,9 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
-from delivery.policy import Action, Decision
+from delivery.pipeline.enqueueing import enqueue_on_commit
+from delivery.pipeline.policy import Action, Decision
 from tenants.models import Endpoint
 
 SUCCESS_STAMP_INTERVAL = timedelta(seconds=60)

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from delivery.enqueueing import enqueue_on_commit
 from delivery.models import Delivery
+from delivery.pipeline.enqueueing import enqueue_on_commit
 from tenants import audit
 from tenants.models import AuditEntry
 

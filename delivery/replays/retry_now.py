@@ -8,8 +8,8 @@ import logging
 import redis
 from django.utils import timezone
 
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 
 logger = logging.getLogger(__name__)
 

@@ -12,39 +12,17 @@ from collections.abc import Iterable, Sequence
 import redis
 from django.db import transaction
 
-from core import redis_connection
 from delivery import scheduler
 from delivery.models import Delivery
-from delivery.scheduler import Item, Scheduler, ShardedScheduler
+from delivery.scheduler import Item, get_scheduler
 
 logger = logging.getLogger(__name__)
-_scheduler: Scheduler | ShardedScheduler | None = None
 
 # The one place the database's lanes meet the scheduler's words for them: the scheduler
 # is a library of its own (no Django, no models) and names its lanes itself.
 SCHEDULER_LANE = {Delivery.Lane.FRESH: scheduler.FRESH, Delivery.Lane.RETRY: scheduler.RETRY}
 _FRESH_LANE = SCHEDULER_LANE[Delivery.Lane.FRESH]
 _RETRY_LANE = SCHEDULER_LANE[Delivery.Lane.RETRY]
-
-
-def get_scheduler() -> Scheduler | ShardedScheduler:
-    """One Scheduler (and connection pool) per process, built from settings on first use:
-    SCHEDULER_SHARDS > 1 gives a ShardedScheduler, the same face over several shards."""
-    global _scheduler
-    if _scheduler is None:
-        from django.conf import settings
-
-        kind = ShardedScheduler if settings.SCHEDULER_SHARDS > 1 else Scheduler
-        _scheduler = kind.from_settings(redis_connection.scheduler())
-    return _scheduler
-
-
-def reset_scheduler() -> None:
-    """Forget the cached Scheduler and its client (tests that change settings, or after a
-    fork)."""
-    global _scheduler
-    _scheduler = None
-    redis_connection.forget()
 
 
 def item_for(delivery: Delivery) -> Item:

@@ -9,7 +9,7 @@ compiled for ~40% of a feed's CPU, and raw() then spent ~19% of a worker's CPU m
 columns and running converters row by row.
 
 Why the events come in a query of their own: on PostgreSQL the events are in day
-partitions (delivery.partitions), and a join from deliveries cannot tell the planner
+partitions (delivery.upkeep.partitions), and a join from deliveries cannot tell the planner
 which days it needs, so it read every day's partition (a hash join over all of them:
 15 times slower with 200,000 rows of history, bench/history.py). Their ids as constants
 prune it to the days they are in.

@@ -9,7 +9,7 @@ runs this engine beside its RQ loop, as a small pipeline of threads:
   endpoint caps bound what slow endpoints can hold. Under load it waits up to
   BATCH_WAIT_SECONDS for room to gather: per pick and per query the cost is mostly fixed;
 * one request loop signs each delivery and drives up to `concurrency` POSTs at once
-  through libcurl's multi interface (delivery.curl_loop): a hung endpoint holds a socket
+  through libcurl's multi interface (delivery.pipeline.curl_loop): a hung endpoint holds a socket
   and a handle, not a thread. It touches neither the database nor Redis;
 * a releaser frees the endpoint slots of requests that are over, a batch per scheduler
   call, so that an endpoint's cap counts open requests, not outcomes waiting to be
@@ -21,7 +21,7 @@ runs this engine beside its RQ loop, as a small pipeline of threads:
   scheduler is told, so a crash in between sends a delivery again rather than losing it.
 
 Whatever one delivery raises on the way is that delivery's recorded failure (see
-delivery.sending), so nothing waits for a lease to expire but a crashed process's work.
+delivery.pipeline.sending), so nothing waits for a lease to expire but a crashed process's work.
 
 A delivery picked but not yet acknowledged keeps its lease, renewed while the process
 lives; if the process dies, the lease expires and the delivery is handed out again.
@@ -33,7 +33,6 @@ import resource
 import threading
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pycurl
@@ -41,13 +40,11 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from delivery import sending
-from delivery.curl_loop import CurlLoop
-from delivery.enqueueing import get_scheduler
 from delivery.models import Delivery
-from delivery.policy import Action
-from delivery.scheduler import Lease, Scheduler
-from delivery.transport import Transport
+from delivery.pipeline import sending
+from delivery.pipeline.curl_loop import CurlLoop
+from delivery.pipeline.transport import Transport
+from delivery.scheduler import Lease, Scheduler, get_scheduler
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
@@ -257,7 +254,7 @@ class DeliveryEngine:
             self._leases.update((lease.delivery_id, lease) for lease in picked.leases)
         try:
             deliveries, failed = sending.load(picked.leases)
-            secrets = self._secrets_for(deliveries.values())
+            secrets = sending.secrets_for(self._secrets, deliveries.values())
         except Exception:
             # The database is down (sending.load raises nothing else): not acknowledged,
             # the leases expire and the deliveries are handed out again once it is back.
@@ -267,51 +264,31 @@ class DeliveryEngine:
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         for done in failed:
-            self._answered.put(done.lease)
-            self._finished.put(done)
+            self._done_without_sending(done)
         unloadable = {done.lease.delivery_id for done in failed}
         handed = False
         for lease in picked.leases:
             if lease.delivery_id in unloadable:
                 continue
             delivery = deliveries.get(lease.delivery_id)
-            done = sending.triage(lease, delivery)
-            if done is None and delivery.endpoint_id in self._disabling:
-                done = sending.Finished(lease, held=delivery)  # its row says so soon
-            if done is None and isinstance(secrets[delivery.endpoint_id], Exception):
-                done = sending.failed_inside(
-                    lease, delivery, sending.SIGN, secrets[delivery.endpoint_id]
-                )
-                self._answered.put(lease)
+            endpoint_secrets = secrets[delivery.endpoint_id] if delivery is not None else []
+            done = sending.triage(lease, delivery, endpoint_secrets, self._disabling)
             if done is not None:
-                self._finished.put(done)
+                self._done_without_sending(done)
                 continue
             with self._room:
                 self._busy += 1
-            self._jobs.put((lease, delivery, secrets[delivery.endpoint_id]))
+            self._jobs.put((lease, delivery, endpoint_secrets))
             handed = True
         if handed:
             self._curl.wake()
 
-    def _secrets_for(self, deliveries: Iterable[Delivery]) -> dict[int, list[str] | Exception]:
-        """Each endpoint's signing secrets; an endpoint whose secrets cannot be read has
-        the exception instead, for its deliveries to record (the rest go out)."""
-        endpoint_ids = {delivery.endpoint_id for delivery in deliveries}
-        try:
-            return dict(self._secrets.active(endpoint_ids))
-        except sending.DATABASE_DOWN:
-            raise
-        except Exception:
-            logger.exception("reading signing secrets failed; reading them per endpoint")
-        found: dict[int, list[str] | Exception] = {}
-        for endpoint_id in endpoint_ids:
-            try:
-                found.update(self._secrets.active([endpoint_id]))
-            except sending.DATABASE_DOWN:
-                raise
-            except Exception as exc:
-                found[endpoint_id] = exc
-        return found
+    def _done_without_sending(self, done: sending.Finished) -> None:
+        """To the recorder; a recorded failure frees its endpoint slot at once, as an
+        answered request does (the rest give theirs back with their ack)."""
+        if done.sent is not None:
+            self._answered.put(done.lease)
+        self._finished.put(done)
 
     # --- the request loop: every POST of this process, at once --------------------
 
@@ -367,7 +344,7 @@ class DeliveryEngine:
             # The releaser pauses the endpoint, and only then frees this request's room:
             # the feeder must not pick for that endpoint before the pause is in place.
             self._answered.put(_Pause(delivery.endpoint_id, until))
-        if sent is not None and sent.decision.action == Action.DISABLE_ENDPOINT:
+        if sending.disables_endpoint(finished):
             # Its slot stays taken until the disable is recorded: other workers then
             # send no more to an endpoint that said it is gone meanwhile.
             self._disabling.add(delivery.endpoint_id)
@@ -483,9 +460,7 @@ class DeliveryEngine:
             # recorded, the 410'd delivery comes back and is tried again: either way the
             # rows decide from here, never a stale entry.
             self._disabling.difference_update(
-                item.sent.delivery.endpoint_id
-                for item in group
-                if item.sent is not None and item.sent.decision.action == Action.DISABLE_ENDPOINT
+                item.sent.delivery.endpoint_id for item in group if sending.disables_endpoint(item)
             )
             self._forget(leases)
 

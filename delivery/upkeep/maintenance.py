@@ -14,13 +14,13 @@ from django.db.models import QuerySet
 from redis.exceptions import LockError
 from redis.lock import Lock
 
-from delivery.enqueueing import get_scheduler, items_for
-from delivery.history import sample_quietly
 from delivery.models import Delivery
-from delivery.partitions import maintain_quietly
-from delivery.replay_window import feed_replays
-from delivery.retention import prune_quietly
-from delivery.scheduler import Scheduler, ShardsUnavailable
+from delivery.pipeline.enqueueing import items_for
+from delivery.replays.window import feed_replays
+from delivery.scheduler import Scheduler, ShardsUnavailable, get_scheduler
+from delivery.upkeep.partitions import maintain_quietly
+from delivery.upkeep.retention import prune_quietly
+from delivery.upkeep.sampling import sample_quietly
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -151,10 +151,10 @@ def _lost_shards() -> list[Scheduler]:
 
 def sweep() -> dict[str, int]:
     """The periodic job: rebuild after a Redis loss, else schedule what was left out.
-    It also samples the dashboards' history (delivery.history), which gates itself to
+    It also samples the dashboards' history (delivery.upkeep.sampling), which gates itself to
     one sample per HISTORY_SAMPLE_SECONDS and never fails the sweep. Window replays get
-    their next chunk here (delivery.replay_window), so they are fed at the sweep's pace,
-    and expired history is pruned in bounded batches (delivery.retention)."""
+    their next chunk here (delivery.replays.window), so they are fed at the sweep's pace,
+    and expired history is pruned in bounded batches (delivery.upkeep.retention)."""
     lost = _lost_shards()
     if lost:
         try:
@@ -172,6 +172,6 @@ def sweep() -> dict[str, int]:
     # PostgreSQL: the days ahead exist before rows need them (a catalog look a minute).
     result.update(maintain_quietly())
     # Last, in its own short transactions and within RETENTION_SWEEP_SECONDS: history
-    # that has outlived its retention (delivery.retention); never open work.
+    # that has outlived its retention (delivery.upkeep.retention); never open work.
     result.update(prune_quietly())
     return result

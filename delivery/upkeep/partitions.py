@@ -17,7 +17,7 @@ The layout (docs/RELIABILITY.md, "Time partitions on PostgreSQL"):
   ahead by the sweep (`maintain`);
 * `<table>_default`: rows no other partition takes: what a dropped day had to keep (open
   work, dead letters still kept, deliveries delivered late), and any row whose day was
-  not made in time. The batched pruning (delivery.retention) settles these one by one.
+  not made in time. The batched pruning (delivery.upkeep.retention) settles these one by one.
 
 Pruning a day is then: detach its three partitions, put back what must stay (it lands
 in the default partitions), drop them. That costs what stays, not what goes.
@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
 from core.ids import ulid_floor, ulid_time_ms
-from delivery.partition_statistics import analyze_stale
+from delivery.upkeep.partition_statistics import analyze_stale
 
 logger = logging.getLogger(__name__)
 
@@ -325,9 +325,9 @@ def _drop_day(parts: list[Partition], keep_sql: str, params: list, lock_timeout_
 
 def maintain_quietly() -> dict[str, int]:
     """For the sweep: at most once a MAINTAIN_EVERY_SECONDS, make the days ahead and
-    analyze the partitions whose statistics lag (delivery.partition_statistics). Never
+    analyze the partitions whose statistics lag (delivery.upkeep.partition_statistics). Never
     fails the sweep (rows of a day not made yet go to the default partition, and are
-    moved into their day when it is made). Expired days are dropped by delivery.retention."""
+    moved into their day when it is made). Expired days are dropped by delivery.upkeep.retention."""
     global _last_maintained
     now = time.monotonic()
     if now - _last_maintained < MAINTAIN_EVERY_SECONDS:

@@ -16,10 +16,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from core import plain_insert
-from delivery import endpoint_health
 from delivery.models import Attempt, Delivery
-from delivery.policy import Action, Decision
-from delivery.transport import HttpResult
+from delivery.pipeline import endpoint_health
+from delivery.pipeline.policy import Action, Decision
+from delivery.pipeline.transport import HttpResult
 
 _STATUS_FOR_ACTION = {
     Action.DELIVERED: Delivery.Status.DELIVERED,

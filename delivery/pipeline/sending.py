@@ -16,7 +16,7 @@ expire and the work comes back when it is up.
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import quote
@@ -27,11 +27,11 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 
 from core.signatures import sign_standard_webhooks
-from delivery import loading, records
 from delivery.models import Delivery
-from delivery.policy import INTERNAL, Action, Decision, decide
+from delivery.pipeline import loading, records
+from delivery.pipeline.policy import INTERNAL, Action, Decision, decide
+from delivery.pipeline.transport import Exchange, HttpResult, Transport
 from delivery.scheduler import Lease, Scheduler
-from delivery.transport import Exchange, HttpResult, Transport
 from tenants.models import Endpoint, EndpointSecret
 
 logger = logging.getLogger(__name__)
@@ -182,14 +182,54 @@ def _bare_delivery(delivery_id: str) -> Delivery | None:
     return delivery
 
 
-def triage(lease: Lease, delivery: Delivery | None) -> Finished | None:
-    """None if the delivery is to be sent; else what is done with it without sending."""
+def triage(
+    lease: Lease,
+    delivery: Delivery | None,
+    secrets: list[str] | Exception,
+    disabling: Collection[int] = (),
+) -> Finished | None:
+    """None if the delivery is to be sent; else what is done with it without sending.
+
+    `secrets` are its endpoint's (or the exception reading them raised, which becomes
+    this delivery's failed attempt); `disabling` holds the endpoints that answered 410
+    and whose disable is not recorded yet: their deliveries are held, not sent again."""
     if delivery is None or delivery.status not in Delivery.OPEN_STATUSES:
         # Already finished (a duplicate after a lease expiry) or deleted: nothing to send.
         return Finished(lease)
-    if not delivery.endpoint.enabled:
+    if not delivery.endpoint.enabled or delivery.endpoint_id in disabling:
         return Finished(lease, held=delivery)
+    if isinstance(secrets, Exception):
+        return failed_inside(lease, delivery, SIGN, secrets)
     return None
+
+
+def disables_endpoint(finished: Finished) -> bool:
+    """The endpoint answered that it is gone (410): it is disabled once this is recorded."""
+    return finished.sent is not None and finished.sent.decision.action == Action.DISABLE_ENDPOINT
+
+
+def secrets_for(
+    cache: SecretCache, deliveries: Iterable[Delivery]
+) -> dict[int, list[str] | Exception]:
+    """Each endpoint's signing secrets; an endpoint whose secrets cannot be read has the
+    exception instead, for its deliveries to record (the rest go out). Raises only
+    DATABASE_DOWN: then nothing is any one endpoint's fault."""
+    endpoint_ids = {delivery.endpoint_id for delivery in deliveries}
+    try:
+        return dict(cache.active(endpoint_ids))
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        logger.exception("reading signing secrets failed; reading them per endpoint")
+    found: dict[int, list[str] | Exception] = {}
+    for endpoint_id in endpoint_ids:
+        try:
+            found.update(cache.active([endpoint_id]))
+        except DATABASE_DOWN:
+            raise
+        except Exception as exc:
+            found[endpoint_id] = exc
+    return found
 
 
 @dataclass(frozen=True)

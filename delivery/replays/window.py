@@ -25,13 +25,13 @@ from django.utils.dateparse import parse_datetime
 
 from core.ids import ulid_floor
 from delivery.models import Delivery, ReplayJob
-from delivery.replay import RESENDABLE, resend
+from delivery.replays.resend import RESENDABLE, resend
 from tenants import audit
 from tenants.models import AuditEntry, Tenant
 
 logger = logging.getLogger(__name__)
 # Held deliveries wait for their endpoint and open ones are on their way: a window
-# replays only finished ones (delivery.replay.RESENDABLE).
+# replays only finished ones (delivery.replays.resend.RESENDABLE).
 STATUSES = tuple(str(status) for status in RESENDABLE)
 # Jobs looked at per sweep: one per tenant, oldest tenants' jobs first.
 JOBS_PER_SWEEP = 500

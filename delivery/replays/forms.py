@@ -11,7 +11,7 @@ from django import forms
 from django.utils import timezone
 
 from delivery.models import Delivery
-from delivery.replay_window import STATUSES, Window
+from delivery.replays.window import STATUSES, Window
 from tenants.models import Endpoint, Tenant
 
 ENDPOINTS_OFFERED = 500  # a tenant has a handful; a select of more helps nobody

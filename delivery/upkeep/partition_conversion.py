@@ -3,7 +3,7 @@
 
 Nothing is copied: each old table becomes its new parent's `<table>_legacy` partition,
 holding every id below the cut-over instant, and days from then on get partitions of
-their own (delivery.partitions). What it costs on a big table (docs/RELIABILITY.md):
+their own (delivery.upkeep.partitions). What it costs on a big table (docs/RELIABILITY.md):
 ATTACH reads the old table once to check its rows fit the range, and the attempts table
 gets one new unique index, on (id, delivery_id), since a partitioned table's primary key
 must contain the partition key. Both happen inside the migration's transaction, under
@@ -18,14 +18,7 @@ sources stay.
 
 from django.db import connection
 
-from delivery.partitions import (
-    ATTEMPT,
-    DELIVERY,
-    EVENT,
-    TABLES,
-    Table,
-    create_default,
-)
+from delivery.upkeep.partitions import ATTEMPT, DELIVERY, EVENT, TABLES, Table, create_default
 
 LEGACY = "_legacy"
 

@@ -2,7 +2,7 @@
 window, a preview says how many deliveries will go out again, a confirmation starts the
 job, and the job's page shows its progress with a Cancel button.
 
-Kept apart from delivery/admin.py: the deliveries list only gains an action
+Kept apart from delivery/admin/deliveries.py: the deliveries list only gains an action
 (`replay_window`) that opens the form filled in from the rows selected.
 """
 
@@ -23,9 +23,9 @@ from django.views.decorators.http import require_POST
 from core.admin_cells import clipped, timed, when
 from core.admin_readonly import EvidenceAdmin
 from core.ids import ulid_time_ms
-from delivery import replay_window
 from delivery.models import ReplayJob
-from delivery.replay_forms import TIME_FORMAT, WindowForm, last_hour
+from delivery.replays import window as replay_window
+from delivery.replays.forms import TIME_FORMAT, WindowForm, last_hour
 from tenants.models import AuditEntry
 
 PERMISSION = "delivery.change_delivery"

@@ -8,10 +8,10 @@ from core.admin_cells import clipped, timed
 from core.admin_paging import EstimatedCountPaginator
 from core.admin_readonly import ReadOnlyAdmin
 from core.ids import looks_like_ulid
-from delivery.admin_page import DeliveryPageMixin
-from delivery.admin_replay import replay_window_action
+from delivery.admin.page import DeliveryPageMixin
+from delivery.admin.replay import replay_window_action
 from delivery.models import Attempt, Delivery
-from delivery.replay import replay
+from delivery.replays.resend import replay
 from tenants.admin_filters import AttemptTenantKeyFilter, EndpointIdFilter, TenantKeyFilter
 from tenants.models import AuditEntry
 

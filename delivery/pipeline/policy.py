@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from delivery import transport
-from delivery.transport import HttpResult
+from delivery.pipeline import transport
+from delivery.pipeline.transport import HttpResult
 
 
 class Action(StrEnum):
-    """What becomes of a delivery after an attempt. delivery.records maps each action to
+    """What becomes of a delivery after an attempt. delivery.pipeline.records maps each action to
     the Delivery's status and the Attempt's outcome, the models' own vocabulary."""
 
     DELIVERED = "delivered"

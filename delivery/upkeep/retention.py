@@ -26,7 +26,7 @@ RETENTION_SWEEP_SECONDS and the next sweep goes on. Walks over primary-key range
 their position in Redis, so rows that must stay (old held work, events whose dead letters
 are still kept) are read once per pass, not once per sweep.
 
-On PostgreSQL, events, deliveries and attempts live in day partitions (delivery.partitions):
+On PostgreSQL, events, deliveries and attempts live in day partitions (delivery.upkeep.partitions):
 a day past RETENTION_DAYS is dropped whole first, after what these rules keep of it is put
 back (it lands in the default partitions). The batches below then find only those rows,
 payloads, and the small tables. What goes is the same either way; only the cost differs.
@@ -46,9 +46,9 @@ from django.utils import timezone
 
 from core import redis_connection
 from core.ids import ulid_floor
-from delivery import partitions
-from delivery.enqueueing import get_scheduler
 from delivery.models import Attempt, Delivery, ReplayJob
+from delivery.scheduler import get_scheduler
+from delivery.upkeep import partitions
 from tenants.models import AuditEntry
 from webhooks.models import Event
 
