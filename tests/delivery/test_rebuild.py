@@ -11,8 +11,7 @@ from redis.retry import Retry
 
 from core.ids import new_ulid
 from delivery.models import Delivery
-from delivery.pipeline import enqueueing
-from delivery.scheduler import Item, Scheduler, ShardedScheduler, get_scheduler, shard_index
+from delivery.scheduler import Item, Scheduler, ShardedScheduler, access, get_scheduler, shard_index
 from delivery.upkeep import maintenance
 from delivery.upkeep.maintenance import RebuildInProgress
 from ingest.publish import publish
@@ -89,7 +88,7 @@ def test_with_a_shard_unreachable_only_its_deliveries_wait_and_it_is_rebuilt_on_
     dead = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
     sharded = ShardedScheduler([Scheduler(redis_conn, shard=i) for i in range(3)])
     sharded.shards[1] = Scheduler(dead, shard=1)
-    monkeypatch.setattr(enqueueing, "_scheduler", sharded)
+    monkeypatch.setattr(access, "_scheduler", sharded)
     for shard in (sharded.shards[0], sharded.shards[2]):
         shard.start_epoch()
     tenant = make_tenant("acme")
