@@ -1,8 +1,8 @@
 """Paging over tables of millions of rows in the admin without counting them.
 
 Django's admin counts a list's rows for its paginator: a COUNT(*) over every matching
-row, seconds on tens of millions of events (bench/history.py). On PostgreSQL the count
-here is the planner's own estimate of the rows the list's query returns, unless that
+row, which on a long history reads much of a table (bench/history.py). On PostgreSQL the
+count here is the planner's own estimate of the rows the list's query returns, unless that
 estimate is small, in which case the exact count is cheap and shown. The page links then
 say "about" that many (a list that is really shorter just ends early); SQLite, the
 development database, is counted exactly.
@@ -17,8 +17,8 @@ from django.utils.functional import cached_property
 
 # Below this many estimated rows, the exact count is tried, for at most COUNT_WITHIN_MS:
 # a few rows of a filter with an index are counted at once, and a count that would read
-# the table (a filter no index serves entirely: a tenant's deliveries, 0.9 s on 10
-# million rows) gives up and the estimate is shown.
+# the table (a filter no index serves entirely, such as a tenant's deliveries) gives up
+# and the estimate is shown (docs/BENCHMARKS.md).
 EXACT_BELOW = 20_000
 COUNT_WITHIN_MS = 50
 

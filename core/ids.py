@@ -35,8 +35,8 @@ _last_time: tuple[int, str] = (-1, "")
 
 def new_ulid(now_ms: int | None = None) -> str:
     """A ULID of `now_ms` (default: now) and 80 random bits. The time's 10 characters are
-    kept from the last call, and the 80 bits are 8 pairs written out: 1.8 µs an id
-    against 3.0 µs for _encode of the whole value (docs/INGEST.md, "Seventh pass")."""
+    kept from the last call, and the 80 bits are 8 pairs written out: cheaper than
+    _encode of the whole value, for every id a batch makes (docs/INGEST.md)."""
     global _last_time
     timestamp = int(time.time() * 1000) if now_ms is None else now_ms
     kept_ms, prefix = _last_time  # one tuple: another thread's update is whole or absent

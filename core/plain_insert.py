@@ -1,8 +1,8 @@
 """INSERT model instances with one statement per model (COPY for many rows on
 PostgreSQL), without bulk_create's cost.
 
-bulk_create() compiles SQL for every row it inserts: 60% of a 500-event publish batch's
-CPU, and the largest part of recording a group of delivery attempts. Here the statement
+bulk_create() compiles SQL for every row it inserts: most of a publish batch's CPU, and
+the largest part of recording a group of delivery attempts. Here the statement
 is built once per (database vendor, model) from the model's metadata, and each row is a
 list of values: plain strings, numbers, booleans, bytes and foreign keys pass as they
 are; datetimes and JSON are adapted by their field for the database in use, exactly as
@@ -124,7 +124,7 @@ def _stamped(field: models.Field, now: datetime, prepared: Any, obj: models.Mode
 
 def _datetime_for_postgresql(field: models.Field, conn: Any, obj: models.Model) -> Any:
     """An aware datetime (or None) is what get_db_prep_save gives PostgreSQL anyway; the
-    full path, a seventh of a publish batch's CPU, is kept for anything else."""
+    full path, a chain of calls per value of every row, is kept for anything else."""
     value = getattr(obj, field.attname)
     if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
         return value
@@ -137,7 +137,7 @@ def _prepared(field: models.Field, conn: Any, obj: models.Model) -> Any:
 
 def prepare_values(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> Prepared:
     """Like prepare(), from each row's values by field attname (`delivery_id`), without
-    model instances: building those cost more than the INSERT (a recorder's group of
+    model instances: building those costs more than the INSERT (a recorder's group of
     Attempts). No defaults are applied and no pre_save runs: give every column."""
     if not rows:
         return (), "", []
@@ -146,7 +146,7 @@ def prepare_values(model: type[models.Model], rows: Sequence[Mapping[str, Any]])
         (field.attname, None if isinstance(field, _PLAIN_FIELDS) else field) for field in fields
     ]
     # The connection in hand: a field's adapter reads several of its attributes per
-    # value, each a look-up through django.db.connection (40% of preparing a batch's rows).
+    # value, each a look-up through django.db.connection, and a batch has many values.
     conn = this_connection()
     return (
         (),

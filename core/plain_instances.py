@@ -1,9 +1,9 @@
 """New model instances for rows about to be inserted, without Model.__init__'s cost.
 
-A 500-event publish batch builds 500 Events and their Deliveries before its INSERT;
-`Model(**fields)` took 8-11 µs each (keyword matching, a descriptor per foreign key, a
-get_default() call per field left out, the init signals): about a sixth of the batch's
-Python CPU once the INSERT itself went through core.plain_insert. Here the defaults are
+A 500-event publish batch builds 500 Events and their Deliveries before its INSERT, and
+`Model(**fields)` does a lot of work for each (keyword matching, a descriptor per foreign
+key, a get_default() call per field left out, the init signals): a large share of the
+batch's Python CPU once the INSERT itself is cheap (docs/INGEST.md). Here the defaults are
 worked out once per model (a callable default, such as a ULID or the time, is still
 called for every instance), and an instance is its attribute dictionary, set in one
 step, plus the foreign keys' related-object cache: the state `Model(**fields)` leaves

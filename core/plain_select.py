@@ -2,9 +2,9 @@
 
 raw() works out, on every call, which column is which field, compiles the converters
 and resolves the model's init order: on ingest's look-ups (a source, a tenant, the
-destinations: a few rows each) that was about 40% of a request's Python time in a
-py-spy profile (docs/INGEST.md). Here that plan is made once per (database vendor, SQL
-text) from the first result's column names, and each row becomes an instance through
+destinations: a few rows each) that is a large part of a request's Python time, and the
+same work on every request (docs/INGEST.md). Here that plan is made once per (database
+vendor, SQL text) from the first result's column names, and each row becomes an instance through
 the same converters the ORM applies (aware datetimes and booleans on SQLite, JSON), so
 the instances are the ones raw() would give. Columns that are not the model's (a
 joined table's value under an alias) are set as attributes of the same name, as raw()

@@ -3,12 +3,12 @@ connection, then only bound and executed.
 
 Django binds parameters on the client (psycopg's ClientCursor quotes every value into
 the SQL text) and turns psycopg's prepared statements off, so that connection poolers
-keep working. For ingest's one write statement per accepted event (a CTE of ~34
+keep working. For ingest's one write statement per accepted event (a CTE of a few dozen
 parameters) that means PostgreSQL parses, analyses and plans the same text on every
-request: 0.07 to 0.13 ms of its 0.50 to 0.58 ms of server CPU per event, measured side
-by side, and the quoting was a tenth of the request's Python (docs/INGEST.md, "Seventh
-pass"). Here that statement alone goes through a server-binding cursor, prepared on its
-first run on each connection; every other query stays Django's.
+request, a real share of the server CPU an event costs, and the client quotes every value
+into it in Python (the figures: docs/INGEST.md). Here that statement alone goes through a
+server-binding cursor, prepared on its first run on each connection; every other query
+stays Django's.
 
 `DB_PREPARED_STATEMENTS=off` turns this off. A pooler that cannot carry prepared
 statements (PgBouncer in transaction mode before 1.21, or without
@@ -84,10 +84,10 @@ def _drop_orphans(raw: Any, issued: int) -> None:
 
     psycopg prepares a statement new to the connection and then runs it; when that run
     fails (a duplicate key, the configuration's version check), it forgets the name but
-    does not deallocate it. The server keeps the statement (~35 KB measured) until the
+    does not deallocate it. The server keeps the statement, and its memory, until the
     connection closes: one per failed request for as long as no run of that text
     succeeds, as in a provider's stream of retried duplicates on a fresh connection
-    (measured: 300 failures left 300 statements). psycopg offers no public way to see
+    (docs/INGEST.md). psycopg offers no public way to see
     its names; if this one keeps them elsewhere, preparing is turned off rather than
     leaking."""
     now = _names_issued(raw)

@@ -28,7 +28,8 @@ CLUSTER_OPTIONS = {"socket_timeout": float, "socket_connect_timeout": float}
 # A cluster command that meets a dead master is retried this often, briefly, then fails:
 # the callers ride out a failover themselves (a worker backs off and picks again, ingest
 # flags the deliveries for the sweeper), while a shard still up is not held up behind it.
-# redis-py's default (3 retries, backoff up to 10 s) held every pick 4-13 s here.
+# redis-py's default (3 retries, backoff up to 10 s) would hold every pick for seconds
+# behind a dead master (docs/SCHEDULER.md).
 CLUSTER_RETRIES = 2
 
 Client = redis.Redis | RedisCluster

@@ -3,7 +3,8 @@ after the work, and divide the difference by the deliveries (bench/shards.py, `s
 
 Both readings are the whole server's: on a server other clients use too, their work is
 counted with ours. Commands include those a script or function runs (INFO commandstats
-counts each), as #21's `commands_per_delivery` defines them; INFO itself is left out.
+counts each), as the `commands_per_delivery` figure defines them (docs/BENCHMARKS.md);
+INFO itself is left out.
 """
 
 from typing import NamedTuple
@@ -29,7 +30,7 @@ NOT_MEASURED: dict[str, float | None] = {CPU_FIGURE: None, COMMANDS_FIGURE: None
 
 
 def per_delivery(before: ServerWork, after: ServerWork, deliveries: int) -> dict[str, float | None]:
-    """Server CPU (µs) and commands per delivery between two readings; none for none."""
+    """Server CPU (microseconds) and commands per delivery between two readings; none for none."""
     if deliveries <= 0:
         return dict(NOT_MEASURED)
     return {

@@ -51,11 +51,11 @@ class Accepted:
 # --- hot-path look-ups -------------------------------------------------------------------------
 #
 # Ingest looks up a source, its secrets, its destinations and a tenant on every request.
-# Compiling these through the ORM cost several times more CPU than the same rows through
-# Model.objects.raw(), which still converts them (aware datetimes, booleans); the figures
-# are in docs/BENCHMARKS.md (ingest look-ups). raw()'s own per-call planning was then
-# the largest part left, so the rows come through core.plain_select (the same instances;
-# docs/INGEST.md). The SQL is built from the models' metadata, once per database vendor.
+# Compiling these through the ORM costs several times more CPU than the same rows through
+# Model.objects.raw(), which still converts them (aware datetimes, booleans), and raw()
+# plans its columns anew on every call (the figures: docs/BENCHMARKS.md, docs/INGEST.md).
+# So the rows come through core.plain_select: the same instances, planned once. The SQL is
+# built from the models' metadata, once per database vendor.
 
 _SQL: dict[str, dict[str, str]] = {}
 
@@ -205,7 +205,7 @@ def _deliveries_for(event: Event, endpoints: Iterable[Endpoint]) -> list[Deliver
     # in its event's day partition, and the day's partitions are dropped together
     # (delivery.upkeep.partitions). Its own time is `enqueued_at`: at ingest, its event's
     # arrival (one clock read per request, not one per row).
-    # core.plain_instances: Delivery(**fields) was a sixth of a publish batch's CPU.
+    # core.plain_instances: Delivery(**fields) per row weighs on a publish batch's CPU.
     event_ms = ulid_time_ms(event.id)
     tenant = event.tenant
     return [
@@ -408,7 +408,7 @@ def _stored_events(identities: set[tuple], skip: Partition | None = None) -> dic
     """The events already stored under these (kind, scope pk, key) identities; on
     PostgreSQL not looking in the partition `skip`."""
     if vendor() == "postgresql":
-        # Pair by pair (ingest.idempotency.stored_ids): the query below let PostgreSQL's
+        # Pair by pair (ingest.idempotency.stored_ids): the query below lets PostgreSQL's
         # planner read every row of the batch's tenants. The events found, if any, by pk.
         ids = idempotency.stored_ids(identities, skip)
         if not ids:
@@ -508,7 +508,7 @@ def _refuse_stored_meanwhile(plan: _Plan) -> None:
     idempotency.lock(list(identities))
     # Not in the partition the batch's rows go to, if one holds them all: its unique
     # indexes catch a key stored there meanwhile, and the day a flood fills is the one
-    # whose statistics lag (docs/INGEST.md, "Fourth pass").
+    # whose statistics lag (docs/INGEST.md).
     ids = [event.id for event in plan.first_in_batch.values()]
     own = idempotency.own_partition(min(ids))
     if own is not None and own.upper is not None and max(ids) >= own.upper:
@@ -526,7 +526,7 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
     The look-ups and the building of rows happen before the transaction, which holds only
     the inserts: on SQLite the write lock is held for as short a time as possible. The
     first attempt is optimistic, as `accept` is: it does not look the keys up (on
-    PostgreSQL that look-up of 500 keys took about as long as the inserts), and the
+    PostgreSQL a whole batch's look-up costs about as much as its inserts), and the
     unique constraints catch a key stored before. A collision rolls the transaction back
     and the batch is planned again, this time with the look-up (which also finds a key a
     concurrent request stored meanwhile).
@@ -535,8 +535,8 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
     for attempt in range(_BULK_ATTEMPTS):
         plan = _plan_batch(items, endpoints, look_up=attempt > 0)
         # Events go in by idempotency key: concurrent batches that share keys then take
-        # the unique index's row locks in one order, and cannot deadlock (PostgreSQL
-        # aborted one of two batches sending the same keys in opposite orders).
+        # the unique index's row locks in one order, and cannot deadlock (in opposite
+        # orders, PostgreSQL would abort one of two batches sending the same keys).
         events = sorted(
             plan.events, key=lambda e: (e.idempotency_key is None, e.idempotency_key or "")
         )

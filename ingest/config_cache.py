@@ -1,8 +1,8 @@
 """Ingest's look-ups kept between requests, each valid for one version of the configuration.
 
 Every signed POST needs the source with its secrets, the tenant of its fairness key and
-the destinations: three queries, about half of an accepted event's database work and a
-third of its Python (docs/INGEST.md). The configuration behind them changes rarely, but
+the destinations: three queries, a large part of an accepted event's database work and
+of its Python (docs/INGEST.md). The configuration behind them changes rarely, but
 a change must apply to the very next request: a revoked secret, a disabled source or
 endpoint, a new weight. So each request first reads one row, the configuration's version
 (webhooks migration 0006: database triggers give it a new random value in the same
@@ -27,7 +27,7 @@ Why this is exact, not "eventually":
   kept or used there; on SQLite the version read is that transaction's own, so nothing
   kept from outside it matches.
 - Nothing is kept when the version row cannot be read (another database, a flushed
-  table): every look-up then reads the database, as before.
+  table): every look-up then reads the database, as with the setting off.
 
 Only what was found is kept (a source, a tenant, destinations), never an absence: an
 unknown source or key reads the database every time, so a new tenant (which changes no

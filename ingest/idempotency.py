@@ -56,12 +56,12 @@ def lock(identities: list[tuple]) -> None:
 
 
 # An earlier event under each (scope, key) pair: one probe of the unique index per pair
-# (and partition). The ORM's `scope IN (...) AND key IN (...)` let the planner read every
-# row of the batch's tenants, the key a mere filter, whenever the statistics lagged behind
-# a flood (a day's new partition always starts so): 50 ms per 500-event batch at 90,000
-# rows, and growing with them. A plain join of the pairs still let it hash the whole day
-# when it believed the day nearly empty; LATERAL with LIMIT 1 leaves it no plan but a
-# probe per pair, ~3 ms per 500 keys whatever the day holds (docs/BENCHMARKS.md).
+# (and partition). The ORM's `scope IN (...) AND key IN (...)` lets the planner read every
+# row of the batch's tenants, the key a mere filter, whenever the statistics lag behind a
+# flood (a day's new partition always starts so), at a cost that grows with the day. A
+# plain join of the pairs still lets it hash the whole day when it believes the day nearly
+# empty; LATERAL with LIMIT 1 leaves it no plan but a probe per pair, the same cost
+# whatever the day holds (docs/INGEST.md has the figures).
 _STORED = (
     "SELECT k.scope, k.key, e.id FROM unnest(%s::bigint[], %s::text[]) AS k(scope, key)"
     " CROSS JOIN LATERAL (SELECT e.id FROM {table} e WHERE e.{column} = k.scope"
@@ -70,8 +70,8 @@ _STORED = (
 )
 # The days ahead (delivery.upkeep.partitions makes them a week early) hold no event yet: an id
 # is its event's time, and no clock here is a day fast. Bounding the id lets PostgreSQL
-# leave those partitions out when it plans: a single key's look-up planned 0.33 ms with
-# every partition and 0.05 ms without the empty ones.
+# leave those partitions out when it plans, and planning over every partition costs a
+# single key's look-up far more than planning over the ones in use.
 _AHEAD_MS = 86_400_000
 _KINDS = (
     ("source", "source_id", "e.source_id IS NOT NULL"),

@@ -117,7 +117,7 @@ def stop(directory: Path) -> bool:
     if not _answers(socket_path):
         return False
     # SHUTDOWN closes the connection before it can answer. No retries: the client's
-    # default would reconnect to the socket just removed, with backoff (~4 s of nothing).
+    # default would reconnect to the socket just removed, and back off for nothing.
     client = redis.Redis(unix_socket_path=str(socket_path), retry=Retry(NoBackoff(), 0))
     with contextlib.suppress(redis.ConnectionError):
         client.shutdown(nosave=True)

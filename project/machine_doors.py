@@ -4,7 +4,7 @@ middleware stack than the pages people use.
 Providers and publishers bring a signature or a bearer token, never a cookie: sessions,
 CSRF (the views are exempt anyway), authentication, messages, the viewer's time zone and
 frame options do nothing for them but cost CPU on every request, and ingest is where
-requests arrive by the hundred a second (issue #22; the figures are in docs/INGEST.md).
+requests arrive in the greatest numbers (the figures are in docs/INGEST.md).
 The same URL map, views and error handling serve both stacks; only the middleware list
 differs (settings.MACHINE_MIDDLEWARE, a subset of settings.MIDDLEWARE in the same order).
 """

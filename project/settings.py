@@ -229,7 +229,8 @@ LEASE_SECONDS = env_int("LEASE_SECONDS", 30, minimum=2, maximum=60)
 # Requests one worker process drives at once (one libcurl multi loop, delivery/pipeline/engine.py):
 # an endpoint that never answers holds one of these until its timeout, so this is sized
 # for hundreds of hung endpoints beside healthy traffic (docs/BENCHMARKS.md: memory per
-# request). DELIVERY_SLOTS is its name from before the loop, still read.
+# request). DELIVERY_SLOTS, its older name, is still read so that deployments that set it
+# keep their value.
 DELIVERY_CONCURRENCY = env_int(
     "DELIVERY_CONCURRENCY",
     env_int("DELIVERY_SLOTS", 1024, minimum=1, maximum=10_000),

@@ -11,7 +11,7 @@ from project import rq_gate
 admin.site.site_header = "Fair webhooks: operations"
 admin.site.site_title = "Fair webhooks"
 # The model list is on the index and a breadcrumb away; beside a changelist's filters it
-# would leave a 1400 px window about 750 px for the table.
+# would leave a laptop's window little room for the table.
 admin.site.enable_nav_sidebar = False
 rq_gate.gate_admin_entry()
 

@@ -1,8 +1,8 @@
 """Sizing the flood from what this machine's workers deliver.
 
-A fixed flood overloads one machine and not the next: 40,000 events in 25 s was a
-backlog on the machine it was chosen on and a trickle once the workers got faster, and
-the fairness it exists to show vanished with the backlog. So, unless --loud-events is
+A fixed flood overloads one machine and not the next: a size chosen on one machine is a
+backlog there and a trickle on a faster one (or once the workers get faster), and the
+fairness it exists to show vanishes with the backlog. So, unless --loud-events is
 given, a probe run (the loud tenant alone, PROBE_EVENTS at once, the same workers, slots
 and endpoints as the flood) measures deliveries per second, and the loud tenant then
 sends OVERLOAD times that for the flood's --seconds: the backlog at its end is

@@ -2,7 +2,7 @@
 
 Latency panels are cumulative distributions on a log time axis: "what share of the
 events had arrived within x". A curve far to the left is good. The y axis is linear up
-to 90% and stretched above it, so the p99 a customer feels is as easy to read as the
+to p90 and stretched above it, so the p99 a customer feels is as easy to read as the
 median. The retry storm adds a panel of requests per second to the recovering
 endpoint, its outage shaded.
 """
@@ -33,7 +33,7 @@ TITLES = {
 }
 WIDTH, PLOT_HEIGHT, LEFT, RIGHT = 900, 250, 70, 880
 TITLE_SPACE, AXIS_SPACE, LEGEND_LINE = 34, 30, 17
-BODY = 0.65  # share of the plot's height for 0-90%; the rest is 90% to 99.9%
+BODY = 0.65  # share of the plot's height for p0-p90; the rest is p90 to p99.9
 TAIL_DECADES = 3
 
 

@@ -2,7 +2,7 @@
 
 Each `build_*` creates the tenants and endpoints of one run in the (just emptied)
 database and returns the traffic plan with what the runner needs to know about it.
-Sizes default to what this 2-core machine drains in about a minute; docs/BENCHMARKS.md
+Sizes default to about a minute's work for a small machine's workers; docs/BENCHMARKS.md
 ("Simulation") gives the reasoning.
 """
 
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "seconds": 30.0,
         "endpoints": 200,
         "hung": 40,
-        "endpoint_timeout": 3,  # the seed's 30 s, scaled down 10x
+        "endpoint_timeout": 3,  # the seed's 30 s, scaled down tenfold
         "rate": 1.0,  # events per second per endpoint
         "cap": 2,  # the platform's default max_in_flight
     },

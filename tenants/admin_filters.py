@@ -48,9 +48,9 @@ class EndpointIdFilter(InputFilter):
 class AttemptTenantKeyFilter(TenantKeyFilter):
     """Attempts of one tenant, by the endpoints they went to (an attempt carries its
     endpoint): the tenant's endpoint ids, looked up first, are an index range each on a
-    table of tens of millions of attempts, where a join through their deliveries read
-    attempts newest first until a page of the tenant's turned up (2 s on 10 million rows,
-    bench/history.py). Attempts written before they carried their endpoint are not found
+    table of tens of millions of attempts, where a join through their deliveries reads
+    attempts newest first until a page of the tenant's turns up (bench/history.py).
+    Attempts written before they carried their endpoint are not found
     this way (they leave with retention)."""
 
     def queryset(self, request, queryset):

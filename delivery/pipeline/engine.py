@@ -1,7 +1,8 @@
 """One worker process's delivery pipeline: the fair scheduler in, HTTP out, records after.
 
-One RQ job per webhook would cost ~7 ms of RQ overhead each; instead a worker process
-runs this engine beside its RQ loop, as a small pipeline of threads:
+One RQ job per webhook would pay RQ's per-job overhead for every delivery, more than the
+delivery itself costs (docs/ARCHITECTURE.md); instead a worker process runs this engine
+beside its RQ loop, as a small pipeline of threads:
 
 * a feeder leases as many deliveries as there is room for (one scheduler call, at most
   MAX_PICK) and loads them all (one query; signing secrets come from a cache of a few
@@ -57,7 +58,8 @@ CONNECTION_CHECK_SECONDS = 1.0  # how often a thread applies the database's CONN
 BATCH_WAIT_SECONDS = 0.002  # how long room may gather before a pick
 GROUP_WAIT_SECONDS = 0.005  # how long finished deliveries may wait to be recorded together
 # How long answered requests may wait to give their endpoint slots back together: each
-# scheduler call has a fixed cost in Redis, and a slot freed 2 ms later costs nobody much.
+# scheduler call has a fixed cost in Redis, and a slot freed a moment later costs nobody
+# much.
 RELEASE_WAIT_SECONDS = 0.002
 # Leases a worker may hold beyond those under way: answered requests waiting to be
 # recorded, so the loop can run ahead of a recorder waiting for SQLite's write lock. The
@@ -99,8 +101,8 @@ class DeliveryEngine:
         )
         # libcurl's cache holds every connection, busy ones included, and closes the
         # oldest idle one whenever it holds more than this: sized by the busy ones alone,
-        # 500 hung requests left no room to keep any healthy endpoint's connection alive
-        # (a new connection per delivery; bench/delivery.py's hung run, docs/BENCHMARKS.md).
+        # hundreds of hung requests would leave no room to keep any healthy endpoint's
+        # connection alive (a new connection per delivery; docs/BENCHMARKS.md).
         self._curl = CurlLoop(max_connections=self.concurrency + IDLE_CONNECTIONS)
         self._stopping = threading.Event()  # the feeder stops picking
         self._closed = threading.Event()  # the loop and renewer stop (cold, or all done)
@@ -399,9 +401,9 @@ class DeliveryEngine:
 
     def _unsettled(self, leases: list[Lease]) -> list[Lease]:
         """The leases the recorder has not acknowledged yet. Acknowledged, their slots
-        are free already: through the real workers the recorder mostly got there first,
-        and the releaser's call then looked each lease up for nothing. (One the recorder
-        is still recording stays: a busy database must not hold its slot.)"""
+        are free already, and the recorder often gets there first: the releaser's call
+        would look each such lease up for nothing. (One the recorder is still recording
+        stays: a busy database must not hold its slot.)"""
         with self._leases_lock:
             return [lease for lease in leases if self._leases.get(lease.delivery_id) is lease]
 
@@ -434,8 +436,8 @@ class DeliveryEngine:
             left = until - time.monotonic()
             if left <= 0 or not self._busy or len(group) >= self.concurrency:
                 break
-            # One blocking wait, not a poll: polling cost the recorder ~12% of the
-            # worker's CPU, each wake-up a fight for the GIL with the slots.
+            # One blocking wait, not a poll: every polling wake-up fights the request
+            # loop for the GIL.
             try:
                 group.append(self._finished.get(timeout=left))
             except queue.Empty:

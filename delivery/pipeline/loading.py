@@ -4,15 +4,14 @@ A worker loads every delivery it leases, so this runs for each one: two plain SE
 (deliveries joined to their endpoint, then their events by id; only the columns sending
 and recording read) whose rows go straight to `Model.from_db`, with the database's
 converters applied only where a column needs one (aware datetimes and booleans on
-SQLite). Through the ORM the same load cost several times more: select_related + only()
-compiled for ~40% of a feed's CPU, and raw() then spent ~19% of a worker's CPU mapping
-columns and running converters row by row.
+SQLite). Through the ORM the same load costs several times more: select_related + only()
+compiles the query on every load, and raw() maps columns and runs converters row by row.
 
 Why the events come in a query of their own: on PostgreSQL the events are in day
 partitions (delivery.upkeep.partitions), and a join from deliveries cannot tell the planner
-which days it needs, so it read every day's partition (a hash join over all of them:
-15 times slower with 200,000 rows of history, bench/history.py). Their ids as constants
-prune it to the days they are in.
+which days it needs, so it reads every day's partition (a hash join over all of them,
+slower with every day of history kept; bench/history.py). Their ids as constants prune
+it to the days they are in.
 """
 
 from collections.abc import Callable, Sequence

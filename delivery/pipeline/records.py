@@ -142,8 +142,8 @@ _DELIVERED_COLUMNS = (
 
 def _mark_delivered(ids: Sequence[str], now: datetime) -> None:
     """One UPDATE for all the group's delivered rows that are still open (see _open for
-    the NOT IN). Plain SQL: the ORM compiled this statement anew for every group, at more
-    CPU than the write."""
+    the NOT IN). Plain SQL: the ORM compiles this statement anew for every group, at
+    more CPU than the write."""
     quote = connection.ops.quote_name
     column = {name: quote(Delivery._meta.get_field(name).column) for name in _DELIVERED_COLUMNS}
     stamp = connection.ops.adapt_datetimefield_value(now)
@@ -165,6 +165,6 @@ def _open(ids: Sequence[str]):
     """The rows of `ids` still open. Written as "status NOT IN closed" (the same rows: the
     two sets partition the statuses) because no index can answer a NOT IN: PostgreSQL
     then has only the primary key to find the rows by. With "status IN open" and table
-    statistics older than a fast-growing backlog, it combined the primary key with the
+    statistics older than a fast-growing backlog, it may combine the primary key with the
     status index and read the whole backlog's index entries for every group recorded."""
     return Delivery.objects.filter(pk__in=ids).exclude(status__in=Delivery.CLOSED_STATUSES)

@@ -73,7 +73,8 @@ _SET_HERE = frozenset({"host", "content-length", "transfer-encoding", "connectio
 # would be pure cost (and a bomb risk); libcurl decompresses nothing anyway (no
 # ACCEPT_ENCODING set, HTTP_CONTENT_DECODING off).
 _BASE_HEADERS = {"accept-encoding": b"Accept-Encoding: identity"}
-# libcurl's own defaults that the old client never sent, switched off by an empty value:
+# libcurl's own defaults, switched off by an empty value so that a request carries only
+# the headers we chose:
 # "Accept: */*", the form Content-Type of a POST, pycurl's User-Agent, and "Expect: 100-continue" for a
 # large body (a round trip more, and a stall on endpoints that ignore it).
 _CURL_DEFAULTS_OFF = {
@@ -515,8 +516,8 @@ class Transport:
         setopt(_QUICK_EXIT, 1)
         setopt(pycurl.MAXCONNECTS, CONNECTIONS_PER_HANDLE)
         # libcurl's smallest upload buffer (its default is 64 KiB, allocated per handle):
-        # a worker holds hundreds of requests open, and this halves what each costs
-        # (bench/inflight_memory.py: 54 -> 24 KiB per request held by a silent endpoint).
+        # a worker holds hundreds of requests open, and the buffer is a large part of
+        # what each one holds (bench/inflight_memory.py; docs/ARCHITECTURE.md).
         setopt(pycurl.UPLOAD_BUFFERSIZE, 16 * 1024)
         if self.resolve:
             setopt(pycurl.RESOLVE, self.resolve)

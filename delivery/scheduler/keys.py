@@ -41,9 +41,9 @@ class Keys:
         self.prefix = prefix(shard)
         self.stats = self.prefix + "stats"
         self.wake = self.prefix + "wake"
-        # Versioned with the schedule's format: a schedule an older format wrote (before
-        # #21, tenant hashes counted their leases, not everything of theirs) has no such
-        # key, so the first sweep after an upgrade rebuilds it from the database.
+        # Versioned with the schedule's format: a schedule written in an older format
+        # (whose counts mean something else) has no such key, so the first sweep after an
+        # upgrade rebuilds it from the database.
         self.epoch = self.prefix + "epoch:2"
         self.leases = self.prefix + "leases"
         self.delayed = self.prefix + "delayed"

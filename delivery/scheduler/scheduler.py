@@ -23,7 +23,8 @@ _OUTCOME = re.compile(r"[a-z_]{1,32}")
 # Requests per second a rate may be: token clocks run on epoch seconds (~1.8e9), exact to
 # a fraction of a microsecond, so intervals stay well above that.
 MAX_RATE = 10_000.0
-# The shortest BLPOP a wait asks for: 2 ms, so that no server reads it as 0 (see wait()).
+# The shortest BLPOP a wait asks for: over a millisecond, so that no server reads it as 0
+# (see wait()).
 MIN_BLOCK_SECONDS = 0.002
 
 
@@ -172,8 +173,8 @@ class Scheduler:
         round trip, while the leases stay until ack or retry_later. A worker that records
         its outcomes some milliseconds later then does not hold its endpoints' caps on
         answered requests meanwhile; if it dies first, the leases expire and the deliveries
-        are handed out again, as before. Returns how many slots were freed (a lease already
-        lost or answered frees none)."""
+        are handed out again, as any dead worker's are. Returns how many slots were freed
+        (a lease already lost or answered frees none)."""
         if not leases:
             return 0
         return int(self._run("answered", *map(_member, leases)))
@@ -225,8 +226,8 @@ class Scheduler:
         if limit:
             timeout = max(0.01, min(timeout, limit * 0.8))
         # Redis before 7 truncates a BLPOP timeout to whole milliseconds and takes 0 for
-        # "block forever": a wait under 1 ms (work due that soon) would then sleep until
-        # some other wake-up came, maybe never on an idle system.
+        # "block forever": a wait under a millisecond (work due that soon) would then
+        # sleep until some other wake-up came, maybe never on an idle system.
         timeout = max(timeout, MIN_BLOCK_SECONDS)
         with contextlib.suppress(redis.TimeoutError):
             self.connection.blpop([self.keys.wake, *also], timeout=timeout)

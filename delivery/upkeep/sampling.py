@@ -62,8 +62,8 @@ def sample(*, force: bool = False) -> int:
     scheduler = get_scheduler()
     connection = scheduler.connection
     interval = sample_seconds()
-    # 90% of the interval, so a sweep that runs every `interval` seconds is not turned away
-    # by a gate that has a few milliseconds left.
+    # A little less than the interval, so a sweep that runs every `interval` seconds is not
+    # turned away by a gate that has a few milliseconds left.
     if not connection.set(GATE_KEY, "1", nx=True, px=int(interval * 900)) and not force:
         return 0
     now = timezone.now()

@@ -92,7 +92,7 @@ class DeliveryWorker(SimpleWorker):
         # RQ sends UNSUBSCRIBE and then stops its listener thread. The listener can read
         # the reply first, find no subscription left and go back to waiting up to a minute
         # for one, while redis-py's stop() joins it without a bound: a SIGTERM'd worker
-        # hung that long on a busy machine. Stopping the loop first makes the reply that
+        # can hang that long on a busy machine. Stopping the loop first makes the reply that
         # wakes the listener its last read, and every wait here is bounded.
         listener = getattr(self, "pubsub_thread", None)
         if listener is None:  # the subscription never happened (Redis was down)
@@ -105,7 +105,7 @@ class DeliveryWorker(SimpleWorker):
     def request_stop(self, signum, frame) -> None:
         # RQ's warm stop raises StopRequested out of the signal handler whenever the worker
         # is not running a job, that is wherever the main thread happens to be. Caught while
-        # the engine's threads were starting (before RQ's loop and its teardown), it ended
+        # the engine's threads are starting (before RQ's loop and its teardown), it would end
         # the process at once with a delivery in flight, exit code 1. Only a thread blocked
         # waiting for a job needs interrupting; anywhere else, the loop sees the flag.
         self._stop_requested = True

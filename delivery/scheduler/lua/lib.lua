@@ -55,7 +55,7 @@ local MAX_WAIT = 5 -- seconds a worker may sleep without re-checking
 -- The tokens of an endpoint or tenant without a rate: math.huge, but no global (math) can
 -- be read while FUNCTION LOAD runs this file's top level.
 local HUGE = 1 / 0
-local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to ~0.25 us
+local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to a fraction of this
 
 local K_STATS, K_VT, K_AGE, K_BUSY, K_LEASES, K_ANSWERED, K_DELAYED
 local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD
@@ -81,8 +81,9 @@ local function ulid_ms(id)
       B32[string.byte(string.lower(alphabet), i)] = i - 1
     end
   end
-  -- One string.byte for all ten, unrolled: a C call per character cost more than the
-  -- arithmetic. (Reading B32[nil] for an id shorter than ten is nil: 0, as before.)
+  -- One string.byte for all ten, unrolled: a C call per character costs more than the
+  -- arithmetic. (An id shorter than ten reads B32[nil], which is nil: 0, as for any
+  -- character outside the alphabet.)
   local c1, c2, c3, c4, c5, c6, c7, c8, c9, c10 = string.byte(id, 1, 10)
   local b = B32
   local high = (((b[c1] or 0) * 32 + (b[c2] or 0)) * 32 + (b[c3] or 0)) * 32 + (b[c4] or 0)

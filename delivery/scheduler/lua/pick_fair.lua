@@ -133,7 +133,7 @@ end
 -- (queued f and r, retry credit c, the used part of a turn u), kept in the row and
 -- written back with one HSET when the pick moves on to another tenant (write_row): a
 -- flood's tenant, turn after turn, costs one write per pick, any other tenant one per
--- turn, as a count per lease did.
+-- turn, not a count per lease.
 local tenant_rows = {}
 local function tenant_row(t)
   local row = tenant_rows[t]
@@ -167,7 +167,7 @@ local function write_row(t, row)
 end
 
 -- Lanes: a lane's first pop in a pick takes one id and reads the next (its new head, and
--- whether it has more), as a single pop always did. A lane popped again in the same pick
+-- whether it has more), like any single pop. A lane popped again in the same pick
 -- (one tenant's backlog, a flood) pops the rest of the pick's room at once; what is left
 -- over goes back to its head at the end (write_lanes), and that lane's head and its
 -- tenant's age are updated then, once per pick.

@@ -1,8 +1,8 @@
 -- pick_fifo.lua: the comparison mode: one arrival-order line for everything. Caps, rates
--- and pauses are honoured naively, as in the seed: a delivery whose endpoint is full goes
--- to the back of the line and counts as a deferral; one whose endpoint or tenant has no
--- token ready goes to the back too and counts as a rate wait. ARGV as pick_fair.lua (turn
--- size, share and weight are unused).
+-- and pauses are honoured naively, as one plain queue would: a delivery whose endpoint is
+-- full goes to the back of the line and counts as a deferral; one whose endpoint or tenant
+-- has no token ready goes to the back too and counts as a rate wait. ARGV as pick_fair.lua
+-- (turn size, share and weight are unused).
 local worker = ARGV[4]
 local max_items = tonumber(ARGV[5])
 -- The deadline as the text the worker gets back, formatted once: each lease's ZADD then
