@@ -62,6 +62,33 @@ def _nice_step(target: float, steps: Iterable[float] | None = None) -> float:
     return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= target)
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The plot's geometry: where a time and a value land on it."""
+
+    left: int
+    top: int
+    plot_width: int
+    plot_height: int
+    since: datetime
+    until: datetime
+    top_value: float  # the value at the top of the plot (higher ones are drawn there)
+
+    @property
+    def span(self) -> float:
+        return (self.until - self.since).total_seconds() or 1
+
+    @property
+    def base(self) -> float:
+        return self.top + self.plot_height
+
+    def x(self, at: datetime) -> float:
+        return self.left + (at - self.since).total_seconds() / self.span * self.plot_width
+
+    def y(self, value: float) -> float:
+        return self.base - min(value, self.top_value) / self.top_value * self.plot_height
+
+
 def build_chart(
     title: str,
     points: list[Point],
@@ -75,68 +102,95 @@ def build_chart(
     height: int = 200,
 ) -> Chart:
     left, right, top, bottom = 64, 16, 12, 28
-    plot_w, plot_h = width - left - right, height - top - bottom
     visible = [p for p in points if since <= p.at <= until]
     values = [p.value for p in visible if p.value is not None]
-    if visible:
-        # Up to the whole window, but no emptier than needed: a flood that began three
-        # minutes ago is a shape over ten minutes, not a spike at the edge of an hour.
-        since = max(since, min(visible[0].at, until - CHART_MIN_SPAN))
-    peak = max(values, default=0.0)
-    step = _nice_step(max(peak, 1e-9) / 4, AGE_STEPS if duration_axis else None)
-    if peak <= 0:
-        step = AGE_STEPS[2] if duration_axis else 1
-    top_value = step * max(1, math.ceil(peak / step)) if peak > 0 else step * 4
-    span = (until - since).total_seconds() or 1
-
-    def x(at: datetime) -> float:
-        return left + (at - since).total_seconds() / span * plot_w
-
-    def y(value: float) -> float:
-        return top + plot_h - min(value, top_value) / top_value * plot_h
-
-    segments: list[list[tuple[float, float]]] = [[]]
-    for p in visible:
-        if p.value is None:
-            segments.append([])
-        else:
-            segments[-1].append((round(x(p.at), 1), round(y(p.value), 1)))
-    base = top + plot_h
-    line_parts, area_parts = [], []
-    for coords in (segment for segment in segments if segment):
-        line_parts.append("M" + " L".join(f"{cx},{cy}" for cx, cy in coords))
-        area_parts.append(
-            f"M{coords[0][0]},{base} "
-            + " ".join(f"L{cx},{cy}" for cx, cy in coords)
-            + f" L{coords[-1][0]},{base} Z"
-        )
-    line = " ".join(line_parts)
-    area = " ".join(area_parts)
-    y_ticks = [Tick(round(y(step * i), 1), fmt(step * i)) for i in range(int(top_value / step) + 1)]
-    tick_minutes = next((m for limit, m in TICK_MINUTES if span <= limit), 60)
-    first = since.replace(second=0, microsecond=0)
-    first += timedelta(minutes=(-first.minute) % tick_minutes)
-    if first < since:
-        first += timedelta(minutes=tick_minutes)
-    x_ticks = []
-    at = first
-    local = timezone.get_current_timezone()
-    while at <= until:
-        x_ticks.append(Tick(round(x(at), 1), f"{at.astimezone(local):%H:%M}"))
-        at += timedelta(minutes=tick_minutes)
+    step, top_value = _value_scale(max(values, default=0.0), duration_axis)
+    frame = _Frame(
+        left=left,
+        top=top,
+        plot_width=width - left - right,
+        plot_height=height - top - bottom,
+        since=_first_shown(visible, since, until),
+        until=until,
+        top_value=top_value,
+    )
+    line, area = _paths(_runs(visible, frame), frame.base)
     return Chart(
         title=title,
         width=width,
         height=height,
         left=left,
         top=top,
-        plot_width=plot_w,
-        plot_height=plot_h,
+        plot_width=frame.plot_width,
+        plot_height=frame.plot_height,
         line=line,
         area=area,
-        y_ticks=y_ticks,
-        x_ticks=x_ticks,
+        y_ticks=_y_ticks(frame, step, fmt),
+        x_ticks=_x_ticks(frame),
         latest=fmt(values[-1]) if values else "no samples yet",
         empty=not values,
         color=color,
     )
+
+
+def _first_shown(visible: list[Point], since: datetime, until: datetime) -> datetime:
+    """Up to the whole window, but no emptier than needed: a flood that began three minutes
+    ago is a shape over ten minutes, not a spike at the edge of an hour."""
+    if not visible:
+        return since
+    return max(since, min(visible[0].at, until - CHART_MIN_SPAN))
+
+
+def _value_scale(peak: float, duration_axis: bool) -> tuple[float, float]:
+    """A round step between the y-axis ticks, and the value at the top of the plot: the
+    first whole step at or above the peak (four steps when there is nothing to show)."""
+    if peak <= 0:
+        step = AGE_STEPS[2] if duration_axis else 1
+        return step, step * 4
+    step = _nice_step(max(peak, 1e-9) / 4, AGE_STEPS if duration_axis else None)
+    return step, step * max(1, math.ceil(peak / step))
+
+
+def _runs(visible: list[Point], frame: _Frame) -> list[list[tuple[float, float]]]:
+    """The plotted points, one run per stretch with samples: a missing value breaks the line."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for p in visible:
+        if p.value is None:
+            runs.append([])
+        else:
+            runs[-1].append((round(frame.x(p.at), 1), round(frame.y(p.value), 1)))
+    return [run for run in runs if run]
+
+
+def _paths(runs: list[list[tuple[float, float]]], base: float) -> tuple[str, str]:
+    """The SVG paths of the line and of the area under it, one subpath per run."""
+    line_parts, area_parts = [], []
+    for coords in runs:
+        line_parts.append("M" + " L".join(f"{cx},{cy}" for cx, cy in coords))
+        area_parts.append(
+            f"M{coords[0][0]},{base} "
+            + " ".join(f"L{cx},{cy}" for cx, cy in coords)
+            + f" L{coords[-1][0]},{base} Z"
+        )
+    return " ".join(line_parts), " ".join(area_parts)
+
+
+def _y_ticks(frame: _Frame, step: float, fmt: Callable[[float], str]) -> list[Tick]:
+    count = int(frame.top_value / step) + 1
+    return [Tick(round(frame.y(step * i), 1), fmt(step * i)) for i in range(count)]
+
+
+def _x_ticks(frame: _Frame) -> list[Tick]:
+    """A tick on every round TICK_MINUTES for the span, labelled in the current time zone."""
+    tick_minutes = next((m for limit, m in TICK_MINUTES if frame.span <= limit), 60)
+    first = frame.since.replace(second=0, microsecond=0)
+    first += timedelta(minutes=(-first.minute) % tick_minutes)
+    if first < frame.since:
+        first += timedelta(minutes=tick_minutes)
+    ticks = []
+    at = first
+    local = timezone.get_current_timezone()
+    while at <= frame.until:
+        ticks.append(Tick(round(frame.x(at), 1), f"{at.astimezone(local):%H:%M}"))
+        at += timedelta(minutes=tick_minutes)
+    return ticks

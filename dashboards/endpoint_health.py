@@ -38,7 +38,7 @@ class WindowHealth:
         rate = self.success_rate
         if rate is None:
             return "no attempts"
-        # 99.95 % must not round up to a perfect 100 %.
+        # A rate just under one must not round up to a perfect hundred.
         shown = f"{rate * 100:.1f}".removesuffix(".0") if rate < 1 else "100"
         return f"{shown} %"
 

@@ -185,7 +185,30 @@ def _links(tenant: Tenant | None) -> dict[str, str]:
 def overview(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm("tenants.view_tenant"):
         raise PermissionDenied
-    context: dict[str, Any] = {
+    context = _page_context(request)
+    try:
+        snapshot = get_scheduler().snapshot(top_n=OVERVIEW_TOP_N)
+    except redis.RedisError as exc:
+        context["redis_error"] = str(exc)
+        return TemplateResponse(request, "admin/overview.html", context)
+    held = held_counts()
+    lines = tenant_lines(snapshot, held)
+    context.update(
+        snapshot=snapshot,
+        **_tenants_table(request, lines),
+        endpoints=endpoint_lines(snapshot, held, _holding(lines)),
+        held_cap=history.LIVE_COUNT_CAP,
+        **_platform_totals(snapshot),
+        **_platform_charts(),
+        fallback_links=_links(None),
+    )
+    return TemplateResponse(request, "admin/overview.html", context)
+
+
+def _page_context(request: HttpRequest) -> dict[str, Any]:
+    """What the page shows even when Redis does not answer: the admin's frame and what
+    this operator may do."""
+    return {
         **admin.site.each_context(request),
         "title": "Operations overview",
         "is_nav_sidebar_enabled": False,  # the tenants table needs the width
@@ -196,40 +219,48 @@ def overview(request: HttpRequest) -> HttpResponse:
         "can_replay": request.user.has_perm("delivery.change_delivery"),
         "suspended_sources": key_hygiene.suspended_sources(),
     }
-    try:
-        snapshot = get_scheduler().snapshot(top_n=OVERVIEW_TOP_N)
-    except redis.RedisError as exc:
-        context["redis_error"] = str(exc)
-        return TemplateResponse(request, "admin/overview.html", context)
+
+
+def _tenants_table(request: HttpRequest, lines: list[TenantLine]) -> dict[str, Any]:
+    """The tenants' lines, filtered by ?status= and sorted by ?sort=, with each status's
+    count over all lines for the filter buttons."""
     sort = request.GET.get("sort", "age")
     sort = sort if sort in SORTS else "age"
     wanted = request.GET.get("status", "")
-    held = held_counts()
-    lines = tenant_lines(snapshot, held)
     counts = {str(s): 0 for s in pacing.Status}
     for line in lines:
         counts[str(line.assessed.status)] += 1
     shown = [line for line in lines if not wanted or str(line.assessed.status) == wanted]
     shown.sort(key=SORTS[sort][1])
+    return {
+        "lines": [(line, _links(line.tenant)) for line in shown],
+        "total_lines": len(lines),
+        "status_filters": [
+            (str(s), pacing.STATUS_LABELS[s], counts[str(s)]) for s in pacing.Status
+        ],
+        "sort": sort,
+        "wanted_status": wanted,
+    }
+
+
+def _platform_totals(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "oldest_text": pacing.duration(snapshot.oldest_age_seconds),
+        "queued_total": snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,
+        "delivered_per_minute": sum(history.delivered_recently(None).values()),
+        "dead_total": Delivery.objects.filter(status=Delivery.Status.DEAD).count(),
+        "top_n": OVERVIEW_TOP_N,
+        "truncated": snapshot.backlogged_tenants > len(snapshot.tenants),
+    }
+
+
+def _platform_charts() -> dict[str, charts.Chart]:
+    """The last hour, all tenants together."""
     until = timezone.now()
     since = until - timedelta(hours=1)
     series = history.platform_series(since)
-    context.update(
-        snapshot=snapshot,
-        lines=[(line, _links(line.tenant)) for line in shown],
-        total_lines=len(lines),
-        status_filters=[(str(s), pacing.STATUS_LABELS[s], counts[str(s)]) for s in pacing.Status],
-        sort=sort,
-        wanted_status=wanted,
-        endpoints=endpoint_lines(snapshot, held, _holding(lines)),
-        held_cap=history.LIVE_COUNT_CAP,
-        oldest_text=pacing.duration(snapshot.oldest_age_seconds),
-        queued_total=snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,
-        delivered_per_minute=sum(history.delivered_recently(None).values()),
-        dead_total=Delivery.objects.filter(status=Delivery.Status.DEAD).count(),
-        top_n=OVERVIEW_TOP_N,
-        truncated=snapshot.backlogged_tenants > len(snapshot.tenants),
-        age_chart=charts.build_chart(
+    return {
+        "age_chart": charts.build_chart(
             "Oldest backlog of any tenant",
             series.age,
             since=since,
@@ -239,7 +270,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             width=600,
             height=190,
         ),
-        rate_chart=charts.build_chart(
+        "rate_chart": charts.build_chart(
             "Delivered per minute, all tenants",
             series.rate,
             since=since,
@@ -249,9 +280,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             width=600,
             height=190,
         ),
-        fallback_links=_links(None),
-    )
-    return TemplateResponse(request, "admin/overview.html", context)
+    }
 
 
 def _back(request: HttpRequest) -> HttpResponseRedirect:

@@ -7,6 +7,7 @@ So every status here comes with a plain explanation a customer can read, and the
 status (a short label) is what operators see in the admin overview.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
@@ -214,27 +215,65 @@ def drain_seconds(facts: TenantFacts) -> float | None:
     return remaining / rate
 
 
+def _other_backlogged(facts: TenantFacts, platform: PlatformFacts) -> int:
+    """Backlogged tenants besides this one."""
+    return max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
+
+
+def _is_paused(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return facts.paused
+
+
+def _is_disabled(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    # Held work with no endpoint facts still names the status: the endpoint is just unnamed.
+    held_by_one = any(not e.enabled and e.held > 0 for e in facts.endpoints)
+    return held_by_one or (facts.held > 0 and not facts.endpoints)
+
+
+def _is_endpoint_wait(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return facts.queued > 0 and any(e.waiting_for_retry_after for e in facts.endpoints)
+
+
+def _is_failing(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return facts.retry + facts.delayed > 0 and any(e.failing for e in facts.endpoints)
+
+
+def _is_at_cap(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return facts.queued > 0 and any(e.at_cap for e in facts.endpoints)
+
+
+def _is_rate_limited(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return facts.at_rate_limit or (facts.queued > 0 and any(e.at_rate for e in facts.endpoints))
+
+
+def _is_paced(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return (
+        facts.queued > 0
+        and _other_backlogged(facts, platform) > 0
+        and facts.oldest_age_seconds >= PACED_AFTER_SECONDS
+    )
+
+
+def _is_on_pace(facts: TenantFacts, platform: PlatformFacts) -> bool:
+    return True  # the last word: always applies, so a status is always found
+
+
+# When each status applies; `reasons` asks in Status's order, the order of precedence.
+_APPLIES: dict[Status, Callable[[TenantFacts, PlatformFacts], bool]] = {
+    Status.PAUSED: _is_paused,
+    Status.DISABLED: _is_disabled,
+    Status.ENDPOINT_WAIT: _is_endpoint_wait,
+    Status.FAILING: _is_failing,
+    Status.AT_CAP: _is_at_cap,
+    Status.RATE_LIMITED: _is_rate_limited,
+    Status.PACED: _is_paced,
+    Status.ON_PACE: _is_on_pace,
+}
+
+
 def reasons(facts: TenantFacts, platform: PlatformFacts) -> list[Status]:
-    found = []
-    if facts.paused:
-        found.append(Status.PAUSED)
-    if any(not e.enabled and e.held > 0 for e in facts.endpoints) or (
-        facts.held > 0 and not facts.endpoints
-    ):
-        found.append(Status.DISABLED)
-    if facts.queued > 0 and any(e.waiting_for_retry_after for e in facts.endpoints):
-        found.append(Status.ENDPOINT_WAIT)
-    if facts.retry + facts.delayed > 0 and any(e.failing for e in facts.endpoints):
-        found.append(Status.FAILING)
-    if facts.queued > 0 and any(e.at_cap for e in facts.endpoints):
-        found.append(Status.AT_CAP)
-    if facts.at_rate_limit or (facts.queued > 0 and any(e.at_rate for e in facts.endpoints)):
-        found.append(Status.RATE_LIMITED)
-    others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
-    if facts.queued > 0 and others > 0 and facts.oldest_age_seconds >= PACED_AFTER_SECONDS:
-        found.append(Status.PACED)
-    found.append(Status.ON_PACE)
-    return found
+    """Every status that applies this instant, by precedence; ON_PACE always comes last."""
+    return [status for status in Status if _APPLIES[status](facts, platform)]
 
 
 def assess(
@@ -252,7 +291,7 @@ def assess(
         found = reasons(facts, platform)
     status = found[0]
     share = share_of_turns(facts, platform)
-    others = max(0, platform.backlogged_tenants - (1 if facts.queued else 0))
+    others = _other_backlogged(facts, platform)
     drain = drain_seconds(facts)
     clears_at = now + timedelta(seconds=drain) if drain is not None else None
     label = STATUS_LABELS[status]
@@ -273,6 +312,23 @@ def assess(
     )
 
 
+@dataclass(frozen=True)
+class _Said:
+    """What an explanation may quote, each phrase formatted once for every status."""
+
+    facts: TenantFacts
+    share: float
+    others: int
+    rate: str  # the current pace, e.g. "1,400 per second"
+    clears: str  # when the backlog should clear
+    safe: str  # "Nothing is lost." or what ran out of retries
+    now: datetime
+    tz: tzinfo | None
+
+    def clock(self, when: datetime) -> str:
+        return clock(when, self.now, self.tz)
+
+
 def _explain(
     status: Status,
     facts: TenantFacts,
@@ -283,99 +339,160 @@ def _explain(
     now: datetime,
     tz: tzinfo | None,
 ) -> tuple[str, str]:
-    rate = rate_phrase(facts.rate)
-    clears = _clears_phrase(drain, clears_at, now, tz)
-    safe = _safe_phrase(facts)
-    if status is Status.PAUSED:
+    said = _Said(
+        facts=facts,
+        share=share,
+        others=others,
+        rate=rate_phrase(facts.rate),
+        clears=_clears_phrase(drain, clears_at, now, tz),
+        safe=_safe_phrase(facts),
+        now=now,
+        tz=tz,
+    )
+    return _WORDS[status](said)
+
+
+# --- the tenant's words, (headline, explanation), one function per status ---------------
+
+
+def _say_paused(said: _Said) -> tuple[str, str]:
+    return (
+        "Delivery is paused",
+        f"Delivery of your events is paused by our operators. "
+        f"{count_phrase(said.facts.waiting, 'event')} waiting; they go out in order "
+        f"when delivery resumes. {said.safe}",
+    )
+
+
+def _say_disabled(said: _Said) -> tuple[str, str]:
+    facts = said.facts
+    disabled = next((e for e in facts.endpoints if not e.enabled and e.held > 0), None)
+    if disabled is None:  # held work without endpoint facts: say so without a name
+        held, name, why = facts.held, "An endpoint of yours", ""
+    else:
+        held, name = disabled.held, f"Your endpoint {disabled.label}"
+        why = f" ({disabled.disabled_reason.rstrip('.')})" if disabled.disabled_reason else ""
+    return (
+        "An endpoint is disabled",
+        f"{name} is disabled{why}. {count_phrase(held, 'event')} for it "
+        f"{'is' if held == 1 else 'are'} held and will be delivered in order "
+        f"once it is re-enabled. {said.safe}",
+    )
+
+
+def _say_endpoint_wait(said: _Said) -> tuple[str, str]:
+    queued = said.facts.queued
+    endpoint = next(e for e in said.facts.endpoints if e.waiting_for_retry_after)
+    return (
+        "Your endpoint asked us to wait",
+        f"Your endpoint {endpoint.label} answered with Retry-After, so we send it nothing "
+        f"until {said.clock(endpoint.paused_until)} instead of retrying sooner. "
+        f"{count_phrase(queued, 'event')} "
+        f"{'waits' if queued == 1 else 'wait'} and go out in order from then. {said.safe}",
+    )
+
+
+def _say_failing(said: _Said) -> tuple[str, str]:
+    endpoint = next(e for e in said.facts.endpoints if e.failing)
+    since = f" since {said.clock(endpoint.failing_since)}" if endpoint.failing_since else ""
+    last = f" (last: {endpoint.last_error})" if endpoint.last_error else ""
+    next_retry = (
+        f" The next retry is due at {said.clock(endpoint.next_retry_at)}."
+        if endpoint.next_retry_at
+        else ""
+    )
+    return (
+        "An endpoint is failing; we are retrying",
+        f"Your endpoint {endpoint.label} has failed "
+        f"{count_phrase(endpoint.consecutive_failures, 'time')} in a row{since}{last}. "
+        f"We retry failed deliveries on a schedule that backs off, and retries take a "
+        f"smaller share of turns so a recovering endpoint is not swamped."
+        f"{next_retry} New events keep going out as your endpoint accepts them. {said.safe}",
+    )
+
+
+def _say_at_cap(said: _Said) -> tuple[str, str]:
+    # Judged over a window: this instant its slots may happen to be free.
+    endpoint = next((e for e in said.facts.endpoints if e.at_cap), None) or busiest(said.facts)
+    return (
+        "Your endpoint is at its concurrency limit",
+        f"Your endpoint {endpoint.label} takes at most "
+        f"{count_phrase(endpoint.max_in_flight, 'request')} at a time, and all of them "
+        f"have been in use most of the time, so the rest of your events wait for a free slot "
+        f"instead of overloading it. They go out at about {said.rate}; {said.clears}. "
+        f"{said.safe} If your endpoint can take more, ask us to raise its limit.",
+    )
+
+
+def _say_rate_limited(said: _Said) -> tuple[str, str]:
+    facts = said.facts
+    if facts.at_rate_limit:
+        limit = rate_phrase(facts.rate_limit_per_second or 0)
         return (
-            "Delivery is paused",
-            f"Delivery of your events is paused by our operators. "
-            f"{count_phrase(facts.waiting, 'event')} waiting; they go out in order "
-            f"when delivery resumes. {safe}",
+            "Your delivery rate limit paces your events",
+            f"Your plan delivers at most {limit} for you, over all your endpoints, so your "
+            f"events go out at that pace even when we have spare capacity (it is your rate "
+            f"limit, not other tenants, that sets it); they go out at about {said.rate}; "
+            f"{said.clears}. {said.safe} To go faster, ask us about a higher rate.",
         )
-    if status is Status.DISABLED:
-        disabled = next((e for e in facts.endpoints if not e.enabled and e.held > 0), None)
-        held = disabled.held if disabled else facts.held
-        name = f"Your endpoint {disabled.label}" if disabled else "An endpoint of yours"
-        why = (
-            f" ({disabled.disabled_reason.rstrip('.')})"
-            if disabled and disabled.disabled_reason
-            else ""
-        )
-        return (
-            "An endpoint is disabled",
-            f"{name} is disabled{why}. {count_phrase(held, 'event')} for it "
-            f"{'is' if held == 1 else 'are'} held and will be delivered in order "
-            f"once it is re-enabled. {safe}",
-        )
-    if status is Status.ENDPOINT_WAIT:
-        endpoint = next(e for e in facts.endpoints if e.waiting_for_retry_after)
-        return (
-            "Your endpoint asked us to wait",
-            f"Your endpoint {endpoint.label} answered with Retry-After, so we send it nothing "
-            f"until {clock(endpoint.paused_until, now, tz)} instead of retrying sooner. "
-            f"{count_phrase(facts.queued, 'event')} "
-            f"{'waits' if facts.queued == 1 else 'wait'} and go out in order from then. {safe}",
-        )
-    if status is Status.FAILING:
-        endpoint = next(e for e in facts.endpoints if e.failing)
-        since = f" since {clock(endpoint.failing_since, now, tz)}" if endpoint.failing_since else ""
-        last = f" (last: {endpoint.last_error})" if endpoint.last_error else ""
-        next_retry = (
-            f" The next retry is due at {clock(endpoint.next_retry_at, now, tz)}."
-            if endpoint.next_retry_at
-            else ""
-        )
-        return (
-            "An endpoint is failing; we are retrying",
-            f"Your endpoint {endpoint.label} has failed "
-            f"{count_phrase(endpoint.consecutive_failures, 'time')} in a row{since}{last}. "
-            f"We retry failed deliveries on a schedule that backs off, and retries take a "
-            f"smaller share of turns so a recovering endpoint is not swamped."
-            f"{next_retry} New events keep going out as your endpoint accepts them. {safe}",
-        )
-    if status is Status.AT_CAP:
-        # Judged over a window: this instant its slots may happen to be free.
-        endpoint = next((e for e in facts.endpoints if e.at_cap), None) or busiest(facts)
-        return (
-            "Your endpoint is at its concurrency limit",
-            f"Your endpoint {endpoint.label} takes at most "
-            f"{count_phrase(endpoint.max_in_flight, 'request')} at a time, and all of them "
-            f"have been in use most of the time, so the rest of your events wait for a free slot instead of "
-            f"overloading it. They go out at about {rate}; {clears}. {safe} If your endpoint "
-            f"can take more, ask us to raise its limit.",
-        )
-    if status is Status.RATE_LIMITED:
-        return _explain_rate_limit(facts, rate, clears, safe)
-    if status is Status.PACED:
-        sent = (
-            f"You sent {count_phrase(facts.received_recently, 'event')} in the last "
-            f"{RECEIVED_WINDOW_MINUTES} minutes. "
-            if facts.received_recently
-            else f"You have {count_phrase(facts.queued, 'event')} waiting. "
-        )
-        weight = (
-            f"your weight of {facts.weight} gives you {percent(share)} of the turns"
-            if facts.weight > 1
-            else f"you get {percent(share)} of the turns"
-        )
-        return (
-            "Your events are being paced",
-            f"{sent}We deliver every tenant's events in turn ({count_phrase(others, 'other tenant')} "
-            f"{'has' if others == 1 else 'have'} events waiting too; {weight}), "
-            f"so yours go out at about {rate}; {clears}. {safe}",
-        )
-    if facts.queued + facts.in_flight == 0:
+    endpoint = next((e for e in facts.endpoints if e.at_rate), None) or next(
+        (e for e in facts.endpoints if e.rate_per_second), busiest(facts)
+    )
+    return (
+        "Your endpoint's rate limit paces your events",
+        f"Your endpoint {endpoint.label} is limited to "
+        f"{rate_phrase(endpoint.rate_per_second or 0)}, so events for it go out at that pace "
+        f"(about {said.rate}); {said.clears}. {said.safe} If your endpoint can take more, "
+        f"ask us to raise its rate limit.",
+    )
+
+
+def _say_paced(said: _Said) -> tuple[str, str]:
+    facts, others, share = said.facts, said.others, said.share
+    sent = (
+        f"You sent {count_phrase(facts.received_recently, 'event')} in the last "
+        f"{RECEIVED_WINDOW_MINUTES} minutes. "
+        if facts.received_recently
+        else f"You have {count_phrase(facts.queued, 'event')} waiting. "
+    )
+    weight = (
+        f"your weight of {facts.weight} gives you {percent(share)} of the turns"
+        if facts.weight > 1
+        else f"you get {percent(share)} of the turns"
+    )
+    return (
+        "Your events are being paced",
+        f"{sent}We deliver every tenant's events in turn ({count_phrase(others, 'other tenant')} "
+        f"{'has' if others == 1 else 'have'} events waiting too; {weight}), "
+        f"so yours go out at about {said.rate}; {said.clears}. {said.safe}",
+    )
+
+
+def _say_on_pace(said: _Said) -> tuple[str, str]:
+    moving = said.facts.queued + said.facts.in_flight
+    if moving == 0:
         return (
             "On pace",
             "Nothing is waiting: your events are delivered as they arrive.",
         )
     return (
         "On pace",
-        f"Your events go out as fast as your endpoints take them, at about {rate}; "
-        f"{count_phrase(facts.queued + facts.in_flight, 'event')} "
-        f"{'is' if facts.queued + facts.in_flight == 1 else 'are'} on the way and {clears}.",
+        f"Your events go out as fast as your endpoints take them, at about {said.rate}; "
+        f"{count_phrase(moving, 'event')} "
+        f"{'is' if moving == 1 else 'are'} on the way and {said.clears}.",
     )
+
+
+_WORDS: dict[Status, Callable[[_Said], tuple[str, str]]] = {
+    Status.PAUSED: _say_paused,
+    Status.DISABLED: _say_disabled,
+    Status.ENDPOINT_WAIT: _say_endpoint_wait,
+    Status.FAILING: _say_failing,
+    Status.AT_CAP: _say_at_cap,
+    Status.RATE_LIMITED: _say_rate_limited,
+    Status.PACED: _say_paced,
+    Status.ON_PACE: _say_on_pace,
+}
 
 
 def _safe_phrase(facts: TenantFacts) -> str:
@@ -397,28 +514,6 @@ def busiest(facts: TenantFacts) -> EndpointFacts:
         facts.endpoints,
         key=lambda e: (e.in_flight / e.max_in_flight if e.max_in_flight else 0, e.parked_lanes),
         default=EndpointFacts(label="an endpoint"),
-    )
-
-
-def _explain_rate_limit(facts: TenantFacts, rate: str, clears: str, safe: str) -> tuple[str, str]:
-    if facts.at_rate_limit:
-        limit = rate_phrase(facts.rate_limit_per_second or 0)
-        return (
-            "Your delivery rate limit paces your events",
-            f"Your plan delivers at most {limit} for you, over all your endpoints, so your "
-            f"events go out at that pace even when we have spare capacity (it is your rate "
-            f"limit, not other tenants, that sets it); they go out at about {rate}; "
-            f"{clears}. {safe} To go faster, ask us about a higher rate.",
-        )
-    endpoint = next((e for e in facts.endpoints if e.at_rate), None) or next(
-        (e for e in facts.endpoints if e.rate_per_second), busiest(facts)
-    )
-    return (
-        "Your endpoint's rate limit paces your events",
-        f"Your endpoint {endpoint.label} is limited to "
-        f"{rate_phrase(endpoint.rate_per_second or 0)}, so events for it go out at that pace "
-        f"(about {rate}); {clears}. {safe} If your endpoint can take more, ask us to raise "
-        f"its rate limit.",
     )
 
 

@@ -21,7 +21,7 @@ decides alone.
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 
 import redis
@@ -32,7 +32,7 @@ from core import redis_connection
 from dashboards import history, pacing
 from dashboards.pacing import Status
 from delivery.models import Delivery
-from delivery.scheduler import Snapshot, TenantRow, get_scheduler
+from delivery.scheduler import EndpointRow, Snapshot, TenantRow, get_scheduler
 from delivery.upkeep import sampling
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Event
@@ -106,70 +106,23 @@ def read(
     destination's URL); `last_errors` maps endpoint ids to their latest error."""
     now = now or timezone.now()
     keys = [tenant.pk if tenant else None for tenant in tenants]
-    rows: dict[TenantKey, TenantRow] = (
-        {r.tenant_id: r for r in snapshot.tenants} if snapshot else {}
+    reading = _gather(
+        tenants, keys, snapshot, now=now, detail=detail, label=label, last_errors=last_errors
     )
-    beyond_top_n = snapshot is not None and snapshot.backlogged_tenants > len(snapshot.tenants)
-    for tenant in tenants:
-        if tenant is not None and tenant.pk not in rows and beyond_top_n:
-            row = _row_from_database(tenant, now)  # past the top-N oldest: ask the truth
-            if row is not None:
-                rows[tenant.pk] = row
-    endpoints = _endpoints_of([tenant for tenant in tenants if tenant is not None])
-    capacity = {e.endpoint_id: e for e in snapshot.endpoints} if snapshot else {}
-    held = _held(endpoints)
-    dead = _counts(Delivery.Status.DEAD, keys)
-    # No row: nothing is queued, so every retry the database knows of waits for its time.
-    retrying = _counts(Delivery.Status.RETRY_SCHEDULED, [k for k in keys if k not in rows])
-    last_minute = history.delivered_recently(keys)
-    last_window = history.delivered_recently(keys, pacing.RECENT_WINDOW_SECONDS)
-    next_retry = _next_retries(endpoints) if detail else {}
+    facts = {
+        key: reading.tenant_facts(tenant, key) for tenant, key in zip(tenants, keys, strict=True)
+    }
     platform = pacing.platform_facts(snapshot)
-    facts: dict[TenantKey, pacing.TenantFacts] = {}
-    for tenant, key in zip(tenants, keys, strict=True):
-        row = rows.get(key)
-        own = endpoints.get(key, []) if key is not None else []
-        facts[key] = pacing.TenantFacts(
-            weight=row.weight if row else (tenant.weight if tenant else 1),
-            paused=bool(row and row.paused) or bool(tenant and not tenant.is_active),
-            fresh=row.fresh if row else 0,
-            retry=row.retry if row else 0,
-            delayed=row.delayed if row else retrying.get(key, 0),
-            in_flight=row.in_flight if row else 0,
-            held=sum(held.get((key, e.pk), 0) for e in own),
-            oldest_age_seconds=row.oldest_age_seconds if row else 0.0,
-            delivered_last_minute=last_minute.get(key, 0),
-            rate_per_second=pacing.recent_rate(last_minute.get(key, 0), last_window.get(key, 0)),
-            received_recently=_received_recently(key, now) if detail else 0,
-            dead=dead.get(key, 0),
-            endpoints=tuple(
-                pacing.EndpointFacts(
-                    label=label(e),
-                    enabled=e.enabled,
-                    max_in_flight=e.max_in_flight,
-                    consecutive_failures=e.consecutive_failures,
-                    held=held.get((key, e.pk), 0),
-                    disabled_reason=e.disabled_reason,
-                    failing_since=e.failing_since,
-                    last_error=(last_errors or {}).get(e.pk, ""),
-                    next_retry_at=next_retry.get((key, e.pk)),
-                    **pacing.live_endpoint_fields(capacity.get(e.pk)),
-                )
-                for e in own
-            ),
-            rate_limit_per_second=tenant.effective_rate_per_second() if tenant else None,
-            rate_limited=bool(row and row.rate_limited),
-        )
     seen = {key: pacing.reasons(facts[key], platform) for key in keys}
     judged = judge(seen, facts, live=snapshot is not None)
     return {
         key: TenantStatus(
             tenant_id=key,
             tenant=tenant,
-            row=rows.get(key),
+            row=reading.rows.get(key),
             facts=facts[key],
             assessed=pacing.assess(facts[key], platform, now=now, tz=tz, found=judged[key]),
-            endpoints=tuple(endpoints.get(key, []) if key is not None else []),
+            endpoints=tuple(reading.own(key)),
         )
         for tenant, key in zip(tenants, keys, strict=True)
     }
@@ -185,36 +138,177 @@ def judge(
     module's docstring). Without Redis (or `live` False) this reading decides alone."""
     if not live or not seen:
         return seen
-    now = time.time()
     try:
-        pipe = redis_connection.shared().pipeline(transaction=False)
-        for key, reasons in seen.items():
-            name = MEMORY_KEY + ("fallback" if key is None else str(key))
-            steady = ",".join(sorted(reason.value for reason in reasons if reason in STEADY))
-            pipe.zadd(name, {f"{now!r}|{steady}": now})
-            pipe.zremrangebyscore(name, "-inf", now - WINDOW_SECONDS)
-            pipe.zrange(name, 0, -1)
-            pipe.expire(name, WINDOW_SECONDS * 2)
-        answers = pipe.execute()
+        windows = _remember(seen)
     except redis.RedisError:
         return seen
-    judged = {}
-    for index, (key, reasons) in enumerate(seen.items()):
-        readings = answers[index * 4 + 2]
-        tally = Counter(
-            code
-            for member in readings
-            for code in member.decode().partition("|")[2].split(",")
-            if code
+    return {
+        key: _over_window(reasons, readings, queued=facts[key].queued > 0)
+        for (key, reasons), readings in zip(seen.items(), windows, strict=True)
+    }
+
+
+def _remember(seen: dict[TenantKey, list[Status]]) -> list[list[bytes]]:
+    """Record each tenant's steady reasons of this reading; return, per tenant in `seen`'s
+    order, the readings of the window (this one included)."""
+    now = time.time()
+    pipe = redis_connection.shared().pipeline(transaction=False)
+    for key, reasons in seen.items():
+        name = MEMORY_KEY + ("fallback" if key is None else str(key))
+        steady = ",".join(sorted(reason.value for reason in reasons if reason in STEADY))
+        pipe.zadd(name, {f"{now!r}|{steady}": now})
+        pipe.zremrangebyscore(name, "-inf", now - WINDOW_SECONDS)
+        pipe.zrange(name, 0, -1)
+        pipe.expire(name, WINDOW_SECONDS * 2)
+    answers = pipe.execute()
+    return answers[2::4]  # each tenant's zrange, of its four commands
+
+
+def _over_window(reasons: list[Status], readings: list[bytes], *, queued: bool) -> list[Status]:
+    """A state applies as soon as it is true; a steady reason when at least half of the
+    window's readings saw it and the tenant still has work queued."""
+    tally = Counter(
+        code for member in readings for code in member.decode().partition("|")[2].split(",") if code
+    )
+    return [
+        status
+        for status in Status
+        if (status in reasons and status not in STEADY)
+        or (status in STEADY and queued and tally[status.value] * 2 >= len(readings))
+    ]
+
+
+# What a tenant with no row in the snapshot has: nothing queued, nothing in flight.
+_NOTHING_QUEUED = TenantRow(
+    tenant_id=None,
+    fresh=0,
+    retry=0,
+    delayed=0,
+    in_flight=0,
+    oldest_age_seconds=0.0,
+    weight=1,
+    paused=False,
+)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What one reading knows of all its tenants at once: the snapshot's rows and
+    endpoints, and the database's counts, each asked once for the whole page; and how
+    `read`'s caller wants endpoints named."""
+
+    now: datetime
+    detail: bool
+    label: Callable[[Endpoint], str]
+    last_errors: dict[int, str]
+    rows: dict[TenantKey, TenantRow]
+    endpoints: dict[int, list[Endpoint]]  # each tenant's own, then its shared destinations
+    capacity: dict[int, EndpointRow]  # the snapshot's endpoints
+    held: dict[tuple[TenantKey, int], int]
+    dead: dict[TenantKey, int]
+    retrying: dict[TenantKey, int]  # only for tenants without a row
+    last_minute: dict[TenantKey, int]
+    last_window: dict[TenantKey, int]
+    next_retry: dict[tuple[TenantKey, int], datetime]
+
+    def own(self, key: TenantKey) -> list[Endpoint]:
+        return self.endpoints.get(key, []) if key is not None else []
+
+    def queue(self, tenant: Tenant | None, key: TenantKey) -> TenantRow:
+        """The tenant's row; without one, nothing is queued, so every retry the database
+        knows of waits for its time."""
+        row = self.rows.get(key)
+        if row is not None:
+            return row
+        return replace(
+            _NOTHING_QUEUED,
+            tenant_id=key,
+            delayed=self.retrying.get(key, 0),
+            weight=tenant.weight if tenant else 1,
         )
-        queued = facts[key].queued > 0
-        judged[key] = [
-            status
-            for status in Status
-            if (status in reasons and status not in STEADY)
-            or (status in STEADY and queued and tally[status.value] * 2 >= len(readings))
-        ]
-    return judged
+
+    def tenant_facts(self, tenant: Tenant | None, key: TenantKey) -> pacing.TenantFacts:
+        queue = self.queue(tenant, key)
+        own = self.own(key)
+        last_minute = self.last_minute.get(key, 0)
+        return pacing.TenantFacts(
+            weight=queue.weight,
+            paused=queue.paused or bool(tenant and not tenant.is_active),
+            fresh=queue.fresh,
+            retry=queue.retry,
+            delayed=queue.delayed,
+            in_flight=queue.in_flight,
+            held=sum(self.held.get((key, e.pk), 0) for e in own),
+            oldest_age_seconds=queue.oldest_age_seconds,
+            delivered_last_minute=last_minute,
+            rate_per_second=pacing.recent_rate(last_minute, self.last_window.get(key, 0)),
+            received_recently=_received_recently(key, self.now) if self.detail else 0,
+            dead=self.dead.get(key, 0),
+            endpoints=tuple(self.endpoint_facts(key, e) for e in own),
+            rate_limit_per_second=tenant.effective_rate_per_second() if tenant else None,
+            rate_limited=queue.rate_limited,
+        )
+
+    def endpoint_facts(self, key: TenantKey, endpoint: Endpoint) -> pacing.EndpointFacts:
+        return pacing.EndpointFacts(
+            label=self.label(endpoint),
+            enabled=endpoint.enabled,
+            max_in_flight=endpoint.max_in_flight,
+            consecutive_failures=endpoint.consecutive_failures,
+            held=self.held.get((key, endpoint.pk), 0),
+            disabled_reason=endpoint.disabled_reason,
+            failing_since=endpoint.failing_since,
+            last_error=self.last_errors.get(endpoint.pk, ""),
+            next_retry_at=self.next_retry.get((key, endpoint.pk)),
+            **pacing.live_endpoint_fields(self.capacity.get(endpoint.pk)),
+        )
+
+
+def _gather(
+    tenants: Sequence[Tenant | None],
+    keys: list[TenantKey],
+    snapshot: Snapshot | None,
+    *,
+    now: datetime,
+    detail: bool,
+    label: Callable[[Endpoint], str],
+    last_errors: dict[int, str] | None,
+) -> _Reading:
+    rows = _rows(tenants, snapshot, now)
+    endpoints = _endpoints_of([tenant for tenant in tenants if tenant is not None])
+    return _Reading(
+        now=now,
+        detail=detail,
+        label=label,
+        last_errors=last_errors or {},
+        rows=rows,
+        endpoints=endpoints,
+        capacity={e.endpoint_id: e for e in snapshot.endpoints} if snapshot else {},
+        held=_held(endpoints),
+        dead=_counts(Delivery.Status.DEAD, keys),
+        retrying=_counts(Delivery.Status.RETRY_SCHEDULED, [k for k in keys if k not in rows]),
+        last_minute=history.delivered_recently(keys),
+        last_window=history.delivered_recently(keys, pacing.RECENT_WINDOW_SECONDS),
+        next_retry=_next_retries(endpoints) if detail else {},
+    )
+
+
+def _rows(
+    tenants: Sequence[Tenant | None], snapshot: Snapshot | None, now: datetime
+) -> dict[TenantKey, TenantRow]:
+    """The snapshot's rows by tenant. It holds only the top-N oldest backlogs: when there
+    are more, a tenant it leaves out is asked of the database."""
+    rows: dict[TenantKey, TenantRow] = (
+        {r.tenant_id: r for r in snapshot.tenants} if snapshot else {}
+    )
+    if snapshot is None or snapshot.backlogged_tenants <= len(snapshot.tenants):
+        return rows
+    for tenant in tenants:
+        if tenant is not None and tenant.pk not in rows:
+            row = _row_from_database(tenant, now)
+            if row is not None:
+                rows[tenant.pk] = row
+    return rows
 
 
 def _row_from_database(tenant: Tenant, now: datetime) -> TenantRow | None:

@@ -107,35 +107,15 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
         last_errors=_last_errors(failures),
         detail=True,
     )[tenant.pk]
-    facts, assessed, endpoints = found.facts, found.assessed, found.endpoints
+    facts, assessed = found.facts, found.assessed
     live = snapshot is not None
     sampled_at = sampling.last_sampled_at() if live else None
     return {
         "tenant": {"key": tenant.key, "name": str(tenant), "weight": tenant.weight},
         "generated_at": _iso(now),
         "live": live,
-        "status": {
-            "code": str(assessed.status),
-            "label": assessed.label,
-            "headline": assessed.headline,
-            "explanation": assessed.explanation
-            if live
-            else "Live numbers are unavailable for a moment; your events are safe and "
-            "will be delivered.",
-            "reasons": [str(r) for r in assessed.reasons],
-        },
-        "backlog": {
-            "age_seconds": round(facts.oldest_age_seconds, 1),
-            "age_text": _age_text(facts),
-            "fresh": facts.fresh,
-            "retry": facts.retry,
-            "delayed": facts.delayed,
-            "in_flight": facts.in_flight,
-            "held": facts.held,
-            "dead": facts.dead,
-            "waiting": facts.waiting,
-            "waiting_text": pacing.human_count(facts.waiting),
-        },
+        "status": _status_json(assessed, live=live),
+        "backlog": _backlog_json(facts),
         "delivered_per_minute": facts.delivered_last_minute,
         # The card shows the current pace, the same number the explanation uses.
         "delivered_text": pacing.human_count(assessed.rate_per_second * 60),
@@ -154,13 +134,42 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
         },
         "endpoints": [
             _endpoint_json(endpoint, fact)
-            for endpoint, fact in zip(endpoints, facts.endpoints, strict=True)
+            for endpoint, fact in zip(found.endpoints, facts.endpoints, strict=True)
         ],
         "failures": failures,
         "history": {
             "last_sampled_at": _iso(sampled_at),
             "sample_seconds": sampling.sample_seconds(),
         },
+    }
+
+
+def _status_json(assessed: pacing.Pacing, *, live: bool) -> dict[str, Any]:
+    return {
+        "code": str(assessed.status),
+        "label": assessed.label,
+        "headline": assessed.headline,
+        # Without Redis the numbers an explanation quotes are unknown: reassure instead.
+        "explanation": assessed.explanation
+        if live
+        else "Live numbers are unavailable for a moment; your events are safe and "
+        "will be delivered.",
+        "reasons": [str(r) for r in assessed.reasons],
+    }
+
+
+def _backlog_json(facts: pacing.TenantFacts) -> dict[str, Any]:
+    return {
+        "age_seconds": round(facts.oldest_age_seconds, 1),
+        "age_text": _age_text(facts),
+        "fresh": facts.fresh,
+        "retry": facts.retry,
+        "delayed": facts.delayed,
+        "in_flight": facts.in_flight,
+        "held": facts.held,
+        "dead": facts.dead,
+        "waiting": facts.waiting,
+        "waiting_text": pacing.human_count(facts.waiting),
     }
 
 
