@@ -66,7 +66,8 @@ class EndpointFacts:
     disabled_reason: str = ""
     failing_since: datetime | None = None
     last_error: str = ""  # e.g. "HTTP 503" or "timed out"
-    next_retry_at: datetime | None = None
+    next_retry_at: datetime | None = None  # the next retry still to fall due
+    retries_due: int = 0  # retries whose time has come, waiting for a turn and a slot
     rate_per_second: float | None = None  # its rate limit; None = none
     paused_until: datetime | None = None  # from its Retry-After
     rate_limited: bool = False  # no request may start now: no token ready, or paused
@@ -328,6 +329,14 @@ class _Said:
     def clock(self, when: datetime) -> str:
         return clock(when, self.now, self.tz)
 
+    @property
+    def pace(self) -> str:
+        """How fast the events go out, as the words after "go out": never "at about no
+        deliveries" when nothing went out."""
+        if self.facts.rate > 0:
+            return f"at about {self.rate}"
+        return "slowly: none went out in the last minute"
+
 
 def _explain(
     status: Status,
@@ -396,10 +405,20 @@ def _say_failing(said: _Said) -> tuple[str, str]:
     endpoint = next(e for e in said.facts.endpoints if e.failing)
     since = f" since {said.clock(endpoint.failing_since)}" if endpoint.failing_since else ""
     last = f" (last: {endpoint.last_error})" if endpoint.last_error else ""
-    next_retry = (
-        f" The next retry is due at {said.clock(endpoint.next_retry_at)}."
-        if endpoint.next_retry_at
-        else ""
+    if endpoint.retries_due:
+        due = endpoint.retries_due
+        next_retry = (
+            f" {human_count(due)} {'retry is' if due == 1 else 'retries are'} due now and "
+            f"go out in your turns as the endpoint's slots free."
+        )
+    elif endpoint.next_retry_at:
+        next_retry = f" The next retry is due at {said.clock(endpoint.next_retry_at)}."
+    else:
+        next_retry = ""
+    going_out = (
+        "New events keep going out as your endpoint accepts them."
+        if said.facts.delivered_last_minute
+        else "Nothing was delivered in the last minute."
     )
     return (
         "An endpoint is failing; we are retrying",
@@ -407,7 +426,7 @@ def _say_failing(said: _Said) -> tuple[str, str]:
         f"{count_phrase(endpoint.consecutive_failures, 'time')} in a row{since}{last}. "
         f"We retry failed deliveries on a schedule that backs off, and retries take a "
         f"smaller share of turns so a recovering endpoint is not swamped."
-        f"{next_retry} New events keep going out as your endpoint accepts them. {said.safe}",
+        f"{next_retry} {going_out} {said.safe}",
     )
 
 
@@ -419,7 +438,7 @@ def _say_at_cap(said: _Said) -> tuple[str, str]:
         f"Your endpoint {endpoint.label} takes at most "
         f"{count_phrase(endpoint.max_in_flight, 'request')} at a time, and all of them "
         f"have been in use most of the time, so the rest of your events wait for a free slot "
-        f"instead of overloading it. They go out at about {said.rate}; {said.clears}. "
+        f"instead of overloading it. They go out {said.pace}; {said.clears}. "
         f"{said.safe} If your endpoint can take more, ask us to raise its limit.",
     )
 
@@ -432,7 +451,7 @@ def _say_rate_limited(said: _Said) -> tuple[str, str]:
             "Your delivery rate limit paces your events",
             f"Your plan delivers at most {limit} for you, over all your endpoints, so your "
             f"events go out at that pace even when we have spare capacity (it is your rate "
-            f"limit, not other tenants, that sets it); they go out at about {said.rate}; "
+            f"limit, not other tenants, that sets it); they go out {said.pace}; "
             f"{said.clears}. {said.safe} To go faster, ask us about a higher rate.",
         )
     endpoint = next((e for e in facts.endpoints if e.at_rate), None) or next(
@@ -442,7 +461,7 @@ def _say_rate_limited(said: _Said) -> tuple[str, str]:
         "Your endpoint's rate limit paces your events",
         f"Your endpoint {endpoint.label} is limited to "
         f"{rate_phrase(endpoint.rate_per_second or 0)}, so events for it go out at that pace "
-        f"(about {said.rate}); {said.clears}. {said.safe} If your endpoint can take more, "
+        f"({said.pace}); {said.clears}. {said.safe} If your endpoint can take more, "
         f"ask us to raise its rate limit.",
     )
 
@@ -464,7 +483,7 @@ def _say_paced(said: _Said) -> tuple[str, str]:
         "Your events are being paced",
         f"{sent}We deliver every tenant's events in turn ({count_phrase(others, 'other tenant')} "
         f"{'has' if others == 1 else 'have'} events waiting too; {weight}), "
-        f"so yours go out at about {said.rate}; {said.clears}. {said.safe}",
+        f"so yours go out {said.pace}; {said.clears}. {said.safe}",
     )
 
 
@@ -477,7 +496,7 @@ def _say_on_pace(said: _Said) -> tuple[str, str]:
         )
     return (
         "On pace",
-        f"Your events go out as fast as your endpoints take them, at about {said.rate}; "
+        f"Your events go out as fast as your endpoints take them, {said.pace}; "
         f"{count_phrase(moving, 'event')} "
         f"{'is' if moving == 1 else 'are'} on the way and {said.clears}.",
     )

@@ -209,7 +209,7 @@ class _Reading:
     retrying: dict[TenantKey, int]  # only for tenants without a row
     last_minute: dict[TenantKey, int]
     last_window: dict[TenantKey, int]
-    next_retry: dict[tuple[TenantKey, int], datetime]
+    next_retry: dict[tuple[TenantKey, int], tuple[datetime | None, int]]
 
     def own(self, key: TenantKey) -> list[Endpoint]:
         return self.endpoints.get(key, []) if key is not None else []
@@ -259,7 +259,8 @@ class _Reading:
             disabled_reason=endpoint.disabled_reason,
             failing_since=endpoint.failing_since,
             last_error=self.last_errors.get(endpoint.pk, ""),
-            next_retry_at=self.next_retry.get((key, endpoint.pk)),
+            next_retry_at=self.next_retry.get((key, endpoint.pk), (None, 0))[0],
+            retries_due=self.next_retry.get((key, endpoint.pk), (None, 0))[1],
             **pacing.live_endpoint_fields(self.capacity.get(endpoint.pk)),
         )
 
@@ -289,7 +290,7 @@ def _gather(
         retrying=_counts(Delivery.Status.RETRY_SCHEDULED, [k for k in keys if k not in rows]),
         last_minute=history.delivered_recently(keys),
         last_window=history.delivered_recently(keys, pacing.RECENT_WINDOW_SECONDS),
-        next_retry=_next_retries(endpoints) if detail else {},
+        next_retry=_next_retries(endpoints, now) if detail else {},
     )
 
 
@@ -411,25 +412,31 @@ def _counts(status: str, keys: Iterable[TenantKey]) -> dict[TenantKey, int]:
     return found
 
 
-def _next_retries(endpoints: dict[int, list[Endpoint]]) -> dict[tuple[TenantKey, int], datetime]:
-    """When the next retry is due, per (tenant, failing endpoint)."""
-    due_at = {}
+def _next_retries(
+    endpoints: dict[int, list[Endpoint]], now: datetime
+) -> dict[tuple[TenantKey, int], tuple[datetime | None, int]]:
+    """Per (tenant, failing endpoint): when its next retry falls due, and how many are
+    due already. A retry whose time has passed waits for its turn and a free slot, so
+    its time is never shown as the next one."""
+    found = {}
     for tenant_id, own in endpoints.items():
         for endpoint in own:
             if endpoint.enabled and endpoint.consecutive_failures:
-                due = (
-                    Delivery.objects.filter(
-                        endpoint=endpoint,
-                        tenant_id=tenant_id,
-                        status=Delivery.Status.RETRY_SCHEDULED,
-                    )
+                retries = Delivery.objects.filter(
+                    endpoint=endpoint,
+                    tenant_id=tenant_id,
+                    status=Delivery.Status.RETRY_SCHEDULED,
+                )
+                due = history.capped_count(retries.filter(next_attempt_at__lte=now))
+                upcoming = (
+                    retries.filter(next_attempt_at__gt=now)
                     .order_by("next_attempt_at")
                     .values_list("next_attempt_at", flat=True)
                     .first()
                 )
-                if due is not None:
-                    due_at[(tenant_id, endpoint.pk)] = due
-    return due_at
+                if due or upcoming is not None:
+                    found[(tenant_id, endpoint.pk)] = (upcoming, due)
+    return found
 
 
 def _received_recently(key: TenantKey, now: datetime) -> int:

@@ -43,14 +43,14 @@ def _endpoint_label(endpoint: Endpoint) -> str:
 
 
 def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
+    """The tenant's latest deliveries whose last attempt failed: waiting for a retry, or
+    dead. Held deliveries are not failures (the endpoints table counts them): listed
+    here, the newest of them would push the failures they wait behind off the page."""
+    now = timezone.now()
     deliveries = list(
         Delivery.objects.filter(
             tenant=tenant,
-            status__in=[
-                Delivery.Status.RETRY_SCHEDULED,
-                Delivery.Status.DEAD,
-                Delivery.Status.HELD,
-            ],
+            status__in=[Delivery.Status.RETRY_SCHEDULED, Delivery.Status.DEAD],
         )
         .select_related("event", "endpoint")
         .order_by("-updated_at")[:FAILURES_SHOWN]
@@ -78,6 +78,10 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
                 "next_retry_at": _iso(delivery.next_attempt_at)
                 if delivery.status == Delivery.Status.RETRY_SCHEDULED
                 else None,
+                # Its time has come: it waits for its turn and a free slot.
+                "retry_due_now": delivery.status == Delivery.Status.RETRY_SCHEDULED
+                and delivery.next_attempt_at is not None
+                and delivery.next_attempt_at <= now,
             }
         )
     return failures
@@ -224,6 +228,7 @@ def _endpoint_json(endpoint: Endpoint, fact: pacing.EndpointFacts) -> dict[str, 
         "disabled_reason": endpoint.disabled_reason,
         "last_success_at": _iso(endpoint.last_success_at),
         "next_retry_at": _iso(fact.next_retry_at),
+        "retries_due": fact.retries_due,
     }
 
 

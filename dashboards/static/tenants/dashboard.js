@@ -50,6 +50,12 @@
     return td;
   }
 
+  // A retry whose time has come waits for its turn and a free slot: "due now", never a
+  // time already past.
+  function retryCell(iso, dueNow) {
+    return dueNow ? cell(dueNow === true ? "due now" : "due now (" + dueNow + ")") : timeCell(iso);
+  }
+
   function emptyRow(body, columns, text) {
     const tr = document.createElement("tr");
     const td = cell(text, "muted");
@@ -73,7 +79,7 @@
         tr.appendChild(state);
         tr.appendChild(cell(e.in_flight + " / " + e.max_in_flight, "num"));
         tr.appendChild(cell(String(e.consecutive_failures), "num"));
-        tr.appendChild(timeCell(e.next_retry_at));
+        tr.appendChild(retryCell(e.next_retry_at, e.retries_due > 1 ? e.retries_due : e.retries_due === 1));
         return tr;
       })
     );
@@ -101,7 +107,7 @@
         code.textContent = f.response_excerpt || "-";
         excerpt.appendChild(code);
         tr.appendChild(excerpt);
-        tr.appendChild(timeCell(f.next_retry_at));
+        tr.appendChild(retryCell(f.next_retry_at, f.retry_due_now));
         return tr;
       })
     );
