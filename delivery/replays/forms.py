@@ -37,10 +37,13 @@ class WindowForm(forms.Form):
     )
     statuses = forms.MultipleChoiceField(
         choices=STATUS_CHOICES,
-        initial=list(STATUSES),
+        # Dead letters only, unless asked: replaying is mostly for what never arrived, and
+        # a window's delivered deliveries would go out a second time to every endpoint.
+        initial=[str(Delivery.Status.DEAD)],
         widget=forms.CheckboxSelectMultiple,
-        help_text="Pending, retrying and held deliveries are never replayed: they are still "
-        "on their way or wait for their endpoint.",
+        help_text="Tick Delivered to send deliveries that already arrived once more. Pending, "
+        "retrying and held deliveries are never replayed: they are still on their way or wait "
+        "for their endpoint.",
     )
     event_type = forms.CharField(
         label="Event type", max_length=200, required=False, help_text="Empty: every type."

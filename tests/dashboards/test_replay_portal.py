@@ -1,6 +1,7 @@
 """A tenant's replays page: admins preview, confirm and cancel; viewers read; nobody
 else gets in, nor through a share link; bad windows get form errors."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -208,3 +209,15 @@ def test_the_dashboard_links_members_to_replays_but_not_share_links(client, shop
     token = share.make_token(shops.mine, days=1)
     shared = client.get(reverse("tenants:shared", args=[shops.mine.key, token]))
     assert shared.status_code == 200 and shops.url not in shared.content.decode()
+
+
+def test_the_form_offers_dead_letters_only_until_delivered_is_ticked(shops) -> None:
+    client = member("boss", shops.mine, Membership.ADMIN)
+
+    page = client.get(shops.url).content.decode()
+    boxes = {
+        value: "checked" in box
+        for box, value in re.findall(r'(<input[^>]*name="statuses" value="(\w+)"[^>]*>)', page)
+    }
+
+    assert boxes == {"dead": True, "delivered": False}
