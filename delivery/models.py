@@ -60,7 +60,12 @@ class Delivery(models.Model):
     )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     lane = models.CharField(max_length=10, choices=Lane.choices, default=Lane.FRESH)
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(
+        "attempts since last sent",
+        default=0,
+        help_text="Attempts since it was first sent or last sent again (resend, replay): the "
+        "retry schedule counts these. Every attempt ever made is listed with the delivery.",
+    )
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)

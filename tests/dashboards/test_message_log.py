@@ -14,7 +14,7 @@ from dashboards import messages as log
 from delivery.models import Attempt, Delivery
 from ingest.publish import publish
 from tenants import share
-from tenants.models import AuditEntry, Membership
+from tenants.models import AuditEntry, Endpoint, Membership
 from tests.factories import make_endpoint, make_tenant, make_user
 from tests.pg_plans import assert_no_scan_of_history
 from webhooks.models import Event
@@ -420,3 +420,32 @@ def test_every_filter_of_the_log_is_served_by_an_index(shop) -> None:
         page = reverse("tenants:message", args=[a.key, events[2].pk])
         assert client.get(page).status_code == 200
     assert_no_scan_of_history(captured.captured_queries, "an event's page")
+
+
+def test_a_resend_to_a_disabled_endpoint_says_it_is_held(client, shop) -> None:
+    a = shop["a"]
+    delivery = dead_delivery(shop)
+    Endpoint.objects.filter(pk=shop["hook1"].pk).update(enabled=False)
+    client.force_login(member("boss", a, role=Membership.ADMIN))
+
+    page = client.post(resend_url(shop, delivery), follow=True).content.decode()
+
+    assert "that endpoint is disabled: it is held" in page
+    assert "goes out in your turn" not in page
+
+
+def test_the_event_page_counts_every_attempt_made(client, shop) -> None:
+    a = shop["a"]
+    delivery = dead_delivery(shop)
+    for number in range(1, 6):
+        Attempt.objects.create(
+            delivery=delivery, number=number, status_code=500, outcome=Attempt.Outcome.RETRY
+        )
+    client.force_login(member("boss", a, role=Membership.ADMIN))
+    client.post(resend_url(shop, delivery))
+
+    page = client.get(reverse("tenants:message", args=[a.key, delivery.event_id])).content
+    facts = re.sub(r"\s+", " ", page.decode())
+
+    assert "<dt>Attempts</dt><dd>5 " in facts
+    assert "(0 since it was sent again)" in facts

@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery.models import Delivery
+from delivery.models import Attempt, Delivery
+from delivery.replays.resend import resend
 from delivery.scheduler import get_scheduler
 from ingest.publish import publish
 from tenants.models import AuditEntry
@@ -345,3 +346,19 @@ def test_payload_search_reads_only_the_newest_events(staff_client, payloads, mon
 
     assert listed_ids(response) == set()  # the match is the third newest: not read
     assert "read only the newest 2 events" in response.content.decode()
+
+
+def test_a_sent_again_delivery_names_its_attempt_counter_beside_every_attempt(
+    staff_client,
+) -> None:
+    delivery = finished(Delivery.Status.DEAD)
+    for number in range(1, 7):
+        Attempt.objects.create(
+            delivery=delivery, number=number, status_code=500, outcome=Attempt.Outcome.RETRY
+        )
+    resend([delivery])
+
+    page = staff_client.get(page_url(delivery)).content.decode()
+
+    assert "Attempts since last sent" in page
+    assert page.count("attempt_set-") >= 6  # every attempt's inline row is listed
