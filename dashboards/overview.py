@@ -72,6 +72,18 @@ class TenantLine:
     def age_text(self) -> str:
         return pacing.duration(self.age) if self.row else "-"
 
+    @property
+    def clears_text(self) -> str:
+        """When its queue should have drained at the pace it has now; "-" with nothing
+        queued or no deliveries yet to estimate from."""
+        drain, clears_at = self.assessed.drain_seconds, self.assessed.clears_at
+        if drain is None or clears_at is None:
+            return "-"
+        if drain < 60:
+            return "within a minute"
+        now = timezone.now()
+        return "around " + pacing.clock(clears_at, now, timezone.get_current_timezone())
+
 
 @dataclass
 class EndpointLine:
@@ -232,9 +244,11 @@ def _tenants_table(request: HttpRequest, lines: list[TenantLine]) -> dict[str, A
         counts[str(line.assessed.status)] += 1
     shown = [line for line in lines if not wanted or str(line.assessed.status) == wanted]
     shown.sort(key=SORTS[sort][1])
+    oldest = max((line for line in lines if line.row), key=lambda line: line.age, default=None)
     return {
         "lines": [(line, _links(line.tenant)) for line in shown],
         "total_lines": len(lines),
+        "oldest_line": oldest,
         "status_filters": [
             (str(s), pacing.STATUS_LABELS[s], counts[str(s)]) for s in pacing.Status
         ],
@@ -245,12 +259,14 @@ def _tenants_table(request: HttpRequest, lines: list[TenantLine]) -> dict[str, A
 
 def _platform_totals(snapshot: Snapshot) -> dict[str, Any]:
     return {
-        "oldest_text": pacing.duration(snapshot.oldest_age_seconds),
         "queued_total": snapshot.fresh_depth + snapshot.retry_depth + snapshot.delayed_depth,
         "delivered_per_minute": sum(history.delivered_recently(None).values()),
         "dead_total": Delivery.objects.filter(status=Delivery.Status.DEAD).count(),
         "top_n": OVERVIEW_TOP_N,
         "truncated": snapshot.backlogged_tenants > len(snapshot.tenants),
+        # Backlogged tenants past the snapshot's top N are not lines of the list, but
+        # they wait all the same.
+        "unlisted_backlogged": max(0, snapshot.backlogged_tenants - len(snapshot.tenants)),
     }
 
 

@@ -1,5 +1,6 @@
 """The operations overview in the admin: who sees it, what it shows, and its actions."""
 
+import re
 import time
 from datetime import timedelta
 
@@ -93,8 +94,11 @@ def test_overview_sorts_by_age_and_filters_by_status(staff_client, scene) -> Non
     table = paused_only[paused_only.index('id="ov-tenants"') :]
     assert "resting.example" in table and "loud.example" not in table
     assert "tenant paused (1)" in paused_only
+    # In the table: the oldest-backlog card names loud above it.
     oldest_first = staff_client.get(OVERVIEW + "?sort=age").content.decode()
+    oldest_first = oldest_first[oldest_first.index('id="ov-tenants"') :]
     newest_first = staff_client.get(OVERVIEW + "?sort=-age").content.decode()
+    newest_first = newest_first[newest_first.index('id="ov-tenants"') :]
     assert oldest_first.index("loud.example") < oldest_first.index("broken.example")
     assert newest_first.index("broken.example") < newest_first.index("loud.example")
 
@@ -219,3 +223,34 @@ def test_delivered_per_minute_counts_the_last_minute(staff_client, scene) -> Non
     )
     page = staff_client.get(OVERVIEW).content.decode()
     assert 'id="ov-delivered">5<' in page
+
+
+def test_the_waiting_card_counts_the_lines_listed_and_the_oldest_says_whose(
+    staff_client, scene
+) -> None:
+    page = staff_client.get(OVERVIEW).content.decode()
+    table = page[
+        page.index('id="ov-tenants"') : page.index("</table>", page.index('id="ov-tenants"'))
+    ]
+    listed = table.count('<tr class="ov-row-')
+    card = re.search(r'id="ov-backlogged">([\d,]+)<', page).group(1)
+
+    assert listed == 4  # three queued, and broken's held work
+    assert int(card.replace(",", "")) == listed
+    assert re.search(r'id="ov-oldest-whose">([^<]+)<', page).group(1) == "loud.example"
+
+
+def test_each_backlog_says_when_it_clears(staff_client, scene) -> None:
+    loud = scene["loud"]
+    for delivery in Delivery.objects.filter(tenant=loud)[:6]:
+        Delivery.objects.filter(pk=delivery.pk).update(
+            status=Delivery.Status.DELIVERED, delivered_at=timezone.now() - timedelta(seconds=20)
+        )
+    publish(loud, "x", {"more": True})
+
+    page = staff_client.get(OVERVIEW).content.decode()
+    row = page[page.index("<strong>loud.example</strong>") :]
+    row = row[: row.index("</tr>")]
+
+    assert "<th" not in row
+    assert re.search(r"within a minute|around \d\d:\d\d", row)
