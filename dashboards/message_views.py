@@ -149,19 +149,19 @@ def resend_delivery(
         endpoint_id=delivery.endpoint_id,
         previous_status=delivery.status,
     )
+    flash.success(request, _resent(delivery))
+    return redirect(back)
+
+
+def _resent(delivery: Delivery) -> str:
     label = message_detail.endpoint_label(delivery.endpoint)
     if delivery.endpoint.enabled:
-        flash.success(
-            request,
+        return (
             f"Delivery {delivery.id} to {label} is queued again; it goes out in your turn "
-            "with the same webhook-id.",
+            "with the same webhook-id."
         )
-    else:
-        # The worker holds it, as it holds every delivery for a disabled endpoint.
-        flash.success(
-            request,
-            f"Delivery {delivery.id} to {label} is queued again, but that endpoint is "
-            "disabled: it is held, and goes out with the same webhook-id once the endpoint "
-            "is enabled again.",
-        )
-    return redirect(back)
+    # The worker holds it, as it holds every delivery for a disabled endpoint.
+    return (
+        f"Delivery {delivery.id} to {label} is queued again, but that endpoint is disabled: "
+        "it is held, and goes out with the same webhook-id once the endpoint is enabled again."
+    )
