@@ -5,13 +5,14 @@ deliveries go out."""
 from datetime import timedelta
 
 import pytest
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
 from delivery.models import Attempt, Delivery
 from delivery.scheduler import get_scheduler
 from delivery.upkeep import maintenance
-from ingest.publish import publish
+from ingest.publish import publish, publish_to_endpoint
 from tests.factories import make_endpoint, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,3 +135,21 @@ def test_a_pace_is_never_at_about_no_deliveries(client) -> None:
 
     assert "at about no" not in explanation
     assert "none went out in the last minute" in explanation
+
+
+def test_counts_are_grouped_by_thousands_on_the_page(client) -> None:
+    tenant = make_tenant("big.example")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/big")
+    for i in range(1_200):
+        publish_to_endpoint(endpoint, "orders/paid", {"i": i})
+
+    data = status_of(client, tenant)
+    page = client.get(reverse("tenants:dashboard", args=[tenant.key])).content.decode()
+    cells = render_to_string(
+        "dashboards/_health_cells.html",
+        {"w": {"delivered": 20000, "attempts": 20000, "capped": True}, "max_read": 20000},
+    )
+
+    assert data["backlog"]["fresh"] == 1_200
+    assert "1,200 new" in page
+    assert "20,000 of the latest 20,000" in cells

@@ -122,12 +122,12 @@
     banner.className = "banner status-" + s.status.code;
     const b = s.backlog;
     document.getElementById("waiting-detail").textContent =
-      `${b.fresh.toLocaleString()} new · ${b.retry.toLocaleString()} retrying · ` +
-      `${b.delayed.toLocaleString()} due later · ${b.in_flight.toLocaleString()} in flight` +
-      (b.held ? ` · ${b.held.toLocaleString()} held` : "") +
-      (b.dead ? ` · ${b.dead.toLocaleString()} dead letter${b.dead === 1 ? "" : "s"}` : "");
+      `${b.fresh.toLocaleString("en-US")} new · ${b.retry.toLocaleString("en-US")} retrying · ` +
+      `${b.delayed.toLocaleString("en-US")} due later · ${b.in_flight.toLocaleString("en-US")} in flight` +
+      (b.held ? ` · ${b.held.toLocaleString("en-US")} held` : "") +
+      (b.dead ? ` · ${b.dead.toLocaleString("en-US")} dead letter${b.dead === 1 ? "" : "s"}` : "");
     document.getElementById("delivered-detail").textContent =
-      `at the current pace · ${s.delivered_per_minute.toLocaleString()} in the last 60 s`;
+      `at the current pace · ${s.delivered_per_minute.toLocaleString("en-US")} in the last 60 s`;
     const others = s.share_of_turns.other_backlogged_tenants;
     document.getElementById("share-detail").textContent =
       `weight ${s.share_of_turns.weight} · ${others} other tenant${others === 1 ? "" : "s"} waiting`;
