@@ -45,6 +45,12 @@ ENDPOINTS: dict[str, list[tuple[str, str, dict]]] = {
     LOUD_TENANT: [("ok/big", "Healthy, fast, generous cap", {"max_in_flight": 200})],
 }
 WEIGHTS = {"charlie-shop.example": 2}
+# (username, tenant key, role): the tenant logins the demo prints.
+DEMO_MEMBERS = [
+    ("alpha", QUIET_TENANTS[0], Membership.VIEWER),
+    ("big", LOUD_TENANT, Membership.ADMIN),
+    ("charlie", QUIET_TENANTS[2], Membership.ADMIN),
+]
 
 
 def admin_password() -> str:
@@ -87,11 +93,9 @@ def seed(receiver: str = DEMO_RECEIVER) -> dict[str, str]:
         # Endpoints an older demo made on the receiver, and no longer part of it.
         old = Endpoint.objects.filter(tenant=tenants[key], url__startswith=f"{receiver}/")
         old.exclude(url__in=urls).delete()
-    # Tenant members see only their own shop: alpha as a viewer, big as its admin.
-    for username, key, role in [
-        ("alpha", QUIET_TENANTS[0], Membership.VIEWER),
-        ("big", LOUD_TENANT, Membership.ADMIN),
-    ]:
+    # Tenant members see only their own shop: alpha as a viewer, big as its admin, and
+    # charlie as the admin of the shop whose endpoint fails (its dead letters, a replay).
+    for username, key, role in DEMO_MEMBERS:
         user = _user(username, password)
         Membership.objects.get_or_create(user=user, tenant=tenants[key], defaults={"role": role})
     source, made = Source.objects.get_or_create(
@@ -109,11 +113,7 @@ def seed(receiver: str = DEMO_RECEIVER) -> dict[str, str]:
     # events go to that shop's own endpoints.
     source.destinations.clear()
     Endpoint.objects.filter(tenant=None, url=f"{receiver}/shared").delete()
-    return {
-        "admin": password,
-        "alpha": password,
-        "big": password,
-    }
+    return {"admin": password, **{username: password for username, _, _ in DEMO_MEMBERS}}
 
 
 def issue_token() -> str:

@@ -97,8 +97,11 @@ class Command(BaseCommand):
             self.style.SUCCESS("\nThe platform is running:\n")
             + f"  operations      {base}/admin/overview/   (user admin, password {logins['admin']})\n"
             + f"  admin           {base}/admin/\n"
-            + f"  tenant pages    {base}/t/   (user big: {demo.LOUD_TENANT}'s admin; user alpha: "
-            + f"a viewer of {demo.QUIET_TENANTS[0]}; password {logins['alpha']})\n"
+            + f"  tenant pages    {base}/t/   (password {logins['alpha']} for each)\n"
+            + f"    user big      {demo.LOUD_TENANT}'s admin: its flood, paced\n"
+            + f"    user charlie  {demo.QUIET_TENANTS[2]}'s admin: a failing endpoint, dead "
+            + "letters to replay\n"
+            + f"    user alpha    a viewer of {demo.QUIET_TENANTS[0]}: reads, changes nothing\n"
             + f"  metrics         {base}/metrics\n"
             + f"  ingest          POST {base}/ingest/{demo.DEMO_SOURCE_SLUG}/ (Shopify-signed, "
             + f"secret {demo.DEMO_SOURCE_SECRET!r})\n"
