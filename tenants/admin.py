@@ -75,6 +75,18 @@ class EndpointSecretInline(MaskedSecretInline):
 class EndpointForm(forms.ModelForm):
     url = forms.URLField(max_length=2000, assume_scheme="https")
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Says what clean_url enforces on this deployment, not what it usually does.
+        self.fields["url"].help_text = (
+            "Where events are POSTed. "
+            + (
+                "This platform allows private and loopback addresses (ALLOW_PRIVATE_DESTINATIONS)."
+                if settings.ALLOW_PRIVATE_DESTINATIONS
+                else "Private and loopback addresses are refused."
+            )
+        )
+
     class Meta:
         model = Endpoint
         fields = [

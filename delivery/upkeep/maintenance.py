@@ -107,9 +107,13 @@ def _rebuild(shard: Scheduler, lock: Lock, progress: Callable[[int], None] | Non
         if progress:
             progress(count)
     shard.start_epoch()
-    logger.warning(
-        "schedule shard %d rebuilt from the database: %d open deliveries", shard.shard, count
-    )
+    if count:
+        logger.warning(
+            "schedule shard %d rebuilt from the database: %d open deliveries", shard.shard, count
+        )
+    else:
+        # A first start, or nothing was open: there was nothing to lose.
+        logger.info("schedule shard %d started: no open deliveries in the database", shard.shard)
     return count
 
 

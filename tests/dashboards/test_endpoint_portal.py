@@ -538,3 +538,15 @@ def test_admins_read_their_own_audit_trail_page_by_page(client, shop) -> None:
     assert client.get(url("audit", shop["a"]) + "?before=abc").status_code == 400
     # Another tenant's entry id is not a cursor into this trail.
     assert client.get(url("audit", shop["a"]) + f"?before={theirs.pk}").status_code == 400
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_the_url_help_says_what_this_deployment_allows(client, settings, allowed) -> None:
+    settings.ALLOW_PRIVATE_DESTINATIONS = allowed
+    tenant = make_tenant("helpful.example")
+    client.force_login(member("boss", tenant, role=Membership.ADMIN))
+
+    page = client.get(reverse("tenants:endpoint-new", args=[tenant.key])).content.decode()
+
+    assert ("Private and loopback addresses are refused." in page) is not allowed
+    assert ("allows private and loopback addresses" in page) is allowed

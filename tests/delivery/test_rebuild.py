@@ -15,6 +15,7 @@ from delivery.scheduler import Item, Scheduler, ShardedScheduler, access, get_sc
 from delivery.upkeep import maintenance
 from delivery.upkeep.maintenance import RebuildInProgress
 from ingest.publish import publish
+from tenants.models import Tenant
 from tests.factories import make_endpoint, make_tenant
 from tests.private_redis import free_port
 from tests.scheduler_helpers import check_invariants
@@ -150,3 +151,23 @@ def test_rebuild_lanes_forgets_the_shards_named_and_refuses_those_in_use(redis_c
     call_command("rebuild_lanes", forget_shards="9")
     assert not list(redis_conn.scan_iter(match="wh:{9}:*"))
     assert get_scheduler().snapshot().fresh_depth == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_with_nothing_open_is_no_warning(caplog) -> None:
+    get_scheduler().clear()
+
+    with caplog.at_level("INFO", logger="delivery.upkeep.maintenance"):
+        assert maintenance.rebuild_schedule() == 0
+
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "no open deliveries" in caplog.records[0].getMessage()
+
+    make_endpoint(make_tenant("acme"))
+    publish(Tenant.objects.get(key="acme"), "x", {})
+    get_scheduler().clear()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="delivery.upkeep.maintenance"):
+        assert maintenance.rebuild_schedule() == 1
+
+    assert [r.levelname for r in caplog.records] == ["WARNING"]

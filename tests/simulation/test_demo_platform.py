@@ -116,6 +116,10 @@ def test_the_demo_shows_pacing_retries_and_dead_letters_within_150_s(tmp_path) -
     for login in ("user big ", "user charlie ", "user alpha "):
         assert login in text
     assert "dead letters to replay" in text
+    # The status line's words match its figures: a hung endpoint holds its cap plus its
+    # retry slot, and the flood follows the deliveries rather than one announced rate.
+    assert "delta (hangs)" in text and "(cap 2 + 1 for retries)" in text
+    assert "x what is delivered" in text
     assert "Stopping the platform" in text
     assert "stopped unexpectedly" not in text
     assert platform.returncode == 0, text[-3000:]

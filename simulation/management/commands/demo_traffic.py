@@ -67,7 +67,8 @@ class Command(BaseCommand):
         rate = capacity * o["overload"]
         self.stdout.write(
             f"demo traffic: the worker delivers about {capacity:,.0f}/s here; {demo.LOUD_TENANT} "
-            f"floods at {rate:,.0f}/s for {o['flood_seconds']:g} s every {o['flood_every']:g} s"
+            f"floods at {o['overload']:g}x what is delivered (from {rate:,.0f}/s) for "
+            f"{o['flood_seconds']:g} s every {o['flood_every']:g} s"
         )
         try:
             while not o["duration"] or time.monotonic() - started < o["duration"]:

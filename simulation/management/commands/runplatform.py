@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand
 from delivery.scheduler import get_scheduler
 from delivery.upkeep import maintenance
 from simulation import demo
-from tenants.models import Tenant
+from tenants.models import Endpoint, Tenant
 
 STATUS_EVERY_SECONDS = 5.0
 # Short retries so that a retry, and a dead letter to replay, show within a minute.
@@ -155,7 +155,7 @@ class Command(BaseCommand):
                 else " | big-shop none waiting"
             )
             + f" | alpha/bravo/charlie oldest {max(quiet, default=0.0):.1f}s"
-            + f" | delta (hangs) {hung.in_flight if hung else 0} in flight"
+            + f" | delta (hangs) {hung.in_flight if hung else 0} in flight{_caps_of(demo.QUIET_TENANTS[3])}"
             + f" | retries {counters.get('retry', 0):,} | dead letters {counters.get('dead', 0):,}"
         )
         self.stdout.flush()
@@ -190,3 +190,14 @@ class Command(BaseCommand):
                 child.wait()
         # The embedded Redis, if this command's process started it, is stopped by
         # manage.py (project.launch) as it exits.
+
+
+def _caps_of(tenant_key: str) -> str:
+    """ " (cap 2 + 1 for retries)": a retry has a slot of its own beside the cap, so a hung
+    endpoint holds up to both."""
+    caps = Endpoint.objects.filter(tenant__key=tenant_key).values_list(
+        "max_in_flight", "retry_max_in_flight"
+    )
+    fresh = sum(c for c, _ in caps)
+    retry = sum(r for _, r in caps)
+    return f" (cap {fresh} + {retry} for retries)" if caps else ""
