@@ -16,6 +16,7 @@ from django.http import (
     HttpResponse,
     HttpResponseForbidden,
     HttpResponseNotAllowed,
+    HttpResponseRedirect,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -32,7 +33,7 @@ from dashboards.endpoint_forms import (
 from dashboards.endpoint_health import MAX_ATTEMPTS_READ, endpoint_health, health_of
 from delivery.models import Attempt, Delivery
 from ingest.publish import PublishError
-from tenants.models import Endpoint, mask_secret
+from tenants.models import Endpoint, EndpointSecret, mask_secret
 
 ENDPOINTS_SHOWN = 100  # a tenant has a handful; the cap only bounds the page
 ATTEMPTS_SHOWN = 20
@@ -166,10 +167,9 @@ def endpoint_new(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         endpoint = form.save(commit=False)
         endpoint.tenant = access.tenant  # never from the form: a tenant adds to its own
-        secret = actions.create_endpoint(endpoint, request.user)
-        return _secret_page(
-            request, access, endpoint, [secret] if secret else [], "created", status=201
-        )
+        made = actions.create_endpoint(endpoint, request.user)
+        secrets = list(endpoint.secrets.all()) if made else []
+        return _secret_page(request, access, endpoint, secrets, "created")
     return render(
         request,
         "dashboards/endpoint_new.html",
@@ -182,13 +182,43 @@ def _secret_page(
     request: HttpRequest,
     access: TenantAccess,
     endpoint: Endpoint,
-    secrets: list[str],
+    secrets: list[EndpointSecret],
     why: str,
-    status: int = 200,
     **extra: object,
 ) -> HttpResponse:
-    """The only page that shows secrets in full: rendered in answer to the POST that
-    asked (never cached, never redirected to, so a reload does not show them again)."""
+    """Post/Redirect/Get: the secrets to show are remembered in the session, and the
+    page that shows them in full takes them from there once. A reload of that page then
+    shows nothing again, and no reload ever repeats the POST (a second rotation)."""
+    request.session[_SHOWN_KEY.format(endpoint.pk)] = {
+        "ids": [secret.pk for secret in secrets],
+        "why": why,
+        **extra,
+    }
+    return HttpResponseRedirect(
+        reverse("tenants:endpoint-secrets-shown", args=[access.tenant.key, endpoint.pk]),
+        status=303,  # See Other: the next request is a GET, whatever the browser
+    )
+
+
+_SHOWN_KEY = "endpoint-secrets-shown:{}"
+
+
+@tenant_view
+def secrets_shown(request: HttpRequest, access: TenantAccess, endpoint_id: str) -> HttpResponse:
+    """The only page that shows secrets in full, once, after the POST that asked."""
+    _not_shared(access)
+    endpoint = get_object_or_404(Endpoint, pk=int(endpoint_id), tenant=access.tenant)
+    if not is_tenant_admin(request, access):
+        return HttpResponseForbidden(FORBIDDEN)
+    shown = request.session.pop(_SHOWN_KEY.format(endpoint.pk), None)
+    if shown is None:
+        messages.info(
+            request,
+            "Signing secrets are shown once. Reveal the active ones again here; each reveal "
+            "is recorded in the audit trail.",
+        )
+        return redirect(_endpoint_url(endpoint))
+    rows = list(endpoint.secrets.filter(pk__in=shown["ids"]).order_by("-created_at", "-pk"))
     return render(
         request,
         "dashboards/endpoint_secret.html",
@@ -196,11 +226,11 @@ def _secret_page(
             "access": access,
             "tenant": access.tenant,
             "endpoint": endpoint,
-            "secrets": secrets,
-            "why": why,
-            **extra,
+            "secrets": rows,
+            "newest": rows[0] if rows else None,
+            **shown,
         },
-        status=status,
+        status=201 if shown["why"] == "created" else 200,
     )
 
 
@@ -232,9 +262,7 @@ def endpoint_enable(request: HttpRequest, access: TenantAccess, endpoint: Endpoi
 @admin_post
 def secret_reveal(request: HttpRequest, access: TenantAccess, endpoint: Endpoint):
     rows = actions.reveal_secrets(endpoint, request.user)
-    return _secret_page(
-        request, access, endpoint, [row.secret for row in rows], "revealed", rows=rows
-    )
+    return _secret_page(request, access, endpoint, rows, "revealed")
 
 
 @tenant_view
@@ -245,7 +273,7 @@ def secret_rotate(request: HttpRequest, access: TenantAccess, endpoint: Endpoint
         return _detail(request, access, endpoint, status=400, rotate_form=form)
     hours = form.cleaned_data["overlap_hours"]
     new = actions.rotate_secret(endpoint, timedelta(hours=hours), request.user)
-    return _secret_page(request, access, endpoint, [new.secret], "rotated", overlap_hours=hours)
+    return _secret_page(request, access, endpoint, [new], "rotated", overlap_hours=hours)
 
 
 @tenant_view

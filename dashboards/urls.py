@@ -59,6 +59,11 @@ urlpatterns = [
         name="endpoint-secret-rotate",
     ),
     re_path(
+        rf"^t/{KEY}/endpoints/{ENDPOINT}/secret/shown/$",
+        endpoint_views.secrets_shown,
+        name="endpoint-secrets-shown",
+    ),
+    re_path(
         rf"^t/{KEY}/endpoints/{ENDPOINT}/test/$", endpoint_views.send_test, name="endpoint-test"
     ),
     re_path(

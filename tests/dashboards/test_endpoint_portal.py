@@ -192,7 +192,8 @@ def test_an_admin_adds_an_endpoint_with_the_admins_ssrf_rules(client, settings, 
 
     made = client.post(
         url("endpoint-new", shop["a"]),
-        {
+        follow=True,
+        data={
             "url": PUBLIC_URL,
             "description": "orders",
             "event_types": "order.created\norder.paid, order.created",
@@ -205,7 +206,7 @@ def test_an_admin_adds_an_endpoint_with_the_admins_ssrf_rules(client, settings, 
     assert endpoint.tenant == shop["a"] and endpoint.max_in_flight == 2
     assert endpoint.event_types == "order.created, order.paid"
     secret = endpoint.secrets.get().secret
-    assert secret in made.content.decode()  # shown once, on the answer to the POST
+    assert secret in made.content.decode()  # shown once, on the page the POST leads to
     entry = AuditEntry.objects.get(action=Action.ENDPOINT_CREATED)
     assert entry.tenant == shop["a"] and entry.actor == shop["admin"]
     assert entry.detail["new"]["url"] == PUBLIC_URL and secret not in json.dumps(entry.detail)
@@ -306,8 +307,9 @@ def test_reveal_shows_active_secrets_once_audits_and_never_logs_them(client, sho
     assert active not in detail  # masked until revealed
     reveal = url("endpoint-secret-reveal", shop["a"], ep.pk)
     assert client.get(reveal).status_code == 405  # only a deliberate POST reveals
-    response = client.post(reveal)
+    response = client.post(reveal, follow=True)
     body = response.content.decode()
+    assert response.redirect_chain[0][1] == 303
     assert response.status_code == 200 and active in body and expired.secret not in body
     assert "no-store" in response["Cache-Control"]
     entry = AuditEntry.objects.get(action=Action.SECRET_REVEALED)
@@ -328,7 +330,7 @@ def test_rotation_keeps_the_old_secret_for_the_overlap_and_audits_it(client, sho
     assert "default 24 hours" in page
 
     before = timezone.now()
-    response = client.post(rotate, {"overlap_hours": "24"})
+    response = client.post(rotate, {"overlap_hours": "24"}, follow=True)
     assert response.status_code == 200
     new = ep.secrets.exclude(pk=old.pk).get()
     old.refresh_from_db()
@@ -469,7 +471,7 @@ def test_posts_need_a_csrf_token(shop) -> None:
     response = strict.post(
         url("endpoint-secret-reveal", shop["a"], shop["ep"].pk), {"csrfmiddlewaretoken": token}
     )
-    assert response.status_code == 200
+    assert response.status_code == 303
     assert AuditEntry.objects.filter(action=Action.SECRET_REVEALED).count() == 1
 
 
@@ -550,3 +552,49 @@ def test_the_url_help_says_what_this_deployment_allows(client, settings, allowed
 
     assert ("Private and loopback addresses are refused." in page) is not allowed
     assert ("allows private and loopback addresses" in page) is allowed
+
+
+def test_a_rotation_redirects_and_a_reload_neither_rotates_again_nor_shows_the_secret(
+    client, shop
+) -> None:
+    ep = shop["ep"]
+    old = ep.secrets.get()
+    client.force_login(shop["admin"])
+
+    posted = client.post(url("endpoint-secret-rotate", shop["a"], ep.pk), {"overlap_hours": "6"})
+    shown_url = posted["Location"]
+    first = client.get(shown_url).content.decode()
+    reload = client.get(shown_url)
+
+    assert posted.status_code == 303 and shown_url == url(
+        "endpoint-secrets-shown", shop["a"], ep.pk
+    )
+    new = ep.secrets.exclude(pk=old.pk).get()
+    assert new.secret in first
+    assert ep.secrets.count() == 2  # the GET rotated nothing
+    assert reload.status_code == 302 and reload["Location"] == url("endpoint", shop["a"], ep.pk)
+    assert new.secret not in client.get(reload["Location"]).content.decode()
+
+
+def test_revealed_secrets_say_which_is_newest_and_when_the_old_one_stops(client, shop) -> None:
+    ep = shop["ep"]
+    client.force_login(shop["admin"])
+    client.post(url("endpoint-secret-rotate", shop["a"], ep.pk), {"overlap_hours": "6"})
+    old, new = ep.secrets.order_by("created_at", "pk")
+
+    page = client.post(url("endpoint-secret-reveal", shop["a"], ep.pk), follow=True)
+    items = re.findall(r"<li>(.*?)</li>", page.content.decode(), re.S)
+    labels = {secret: next(i for i in items if secret in i) for secret in (old.secret, new.secret)}
+
+    assert "newest" in labels[new.secret] and "signs until rotated" in labels[new.secret]
+    assert "newest" not in labels[old.secret] and "stops signing" in labels[old.secret]
+    assert old.expires_at.strftime("%Y-%m-%d") in labels[old.secret]
+    assert "not shown again" not in page.content.decode()
+
+
+def test_only_the_tenants_admin_sees_the_secrets_page(client, shop) -> None:
+    shown = url("endpoint-secrets-shown", shop["a"], shop["ep"].pk)
+    client.force_login(shop["viewer"])
+    assert client.get(shown).status_code == 403
+    client.force_login(shop["b_admin"])
+    assert client.get(shown).status_code == 404
