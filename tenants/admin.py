@@ -78,13 +78,10 @@ class EndpointForm(forms.ModelForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Says what clean_url enforces on this deployment, not what it usually does.
-        self.fields["url"].help_text = (
-            "Where events are POSTed. "
-            + (
-                "This platform allows private and loopback addresses (ALLOW_PRIVATE_DESTINATIONS)."
-                if settings.ALLOW_PRIVATE_DESTINATIONS
-                else "Private and loopback addresses are refused."
-            )
+        self.fields["url"].help_text = "Where events are POSTed. " + (
+            "This platform allows private and loopback addresses (ALLOW_PRIVATE_DESTINATIONS)."
+            if settings.ALLOW_PRIVATE_DESTINATIONS
+            else "Private and loopback addresses are refused."
         )
 
     class Meta:
