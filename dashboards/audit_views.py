@@ -7,8 +7,9 @@ index: no COUNT and no OFFSET, so the hundredth page costs what the first does.
 
 import json
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -21,7 +22,7 @@ PAGE_SIZE = 50
 @tenant_view
 def audit_trail(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     if not is_tenant_admin(request, access):
-        return HttpResponseForbidden("Only an admin of this tenant may read its audit trail.")
+        raise PermissionDenied("Only an admin of this tenant may read its audit trail.")
     entries = AuditEntry.objects.filter(tenant=access.tenant)
     before = request.GET.get("before")
     if before is not None:

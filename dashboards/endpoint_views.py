@@ -10,11 +10,11 @@ from datetime import timedelta
 from functools import wraps
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
-    HttpResponseForbidden,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
@@ -57,7 +57,7 @@ def admin_post(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
             return HttpResponseNotAllowed(["POST"])
         endpoint = get_object_or_404(Endpoint, pk=int(endpoint_id), tenant=access.tenant)
         if not is_tenant_admin(request, access):
-            return HttpResponseForbidden(FORBIDDEN)
+            raise PermissionDenied(FORBIDDEN)
         return view(request, access, endpoint)
 
     return wrapper
@@ -138,7 +138,7 @@ def endpoint_detail(request: HttpRequest, access: TenantAccess, endpoint_id: str
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
     if not is_tenant_admin(request, access):
-        return HttpResponseForbidden(FORBIDDEN)
+        raise PermissionDenied(FORBIDDEN)
     before = {field: getattr(endpoint, field) for field in actions.EDITABLE}
     form = PortalEndpointForm(request.POST, instance=endpoint)
     if not form.is_valid():
@@ -157,7 +157,7 @@ def endpoint_detail(request: HttpRequest, access: TenantAccess, endpoint_id: str
 def endpoint_new(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     _not_shared(access)
     if not is_tenant_admin(request, access):
-        return HttpResponseForbidden(FORBIDDEN)
+        raise PermissionDenied(FORBIDDEN)
     if request.method not in ("GET", "POST"):
         return HttpResponseNotAllowed(["GET", "POST"])
     form = PortalEndpointForm(
@@ -209,7 +209,7 @@ def secrets_shown(request: HttpRequest, access: TenantAccess, endpoint_id: str) 
     _not_shared(access)
     endpoint = get_object_or_404(Endpoint, pk=int(endpoint_id), tenant=access.tenant)
     if not is_tenant_admin(request, access):
-        return HttpResponseForbidden(FORBIDDEN)
+        raise PermissionDenied(FORBIDDEN)
     shown = request.session.pop(_SHOWN_KEY.format(endpoint.pk), None)
     if shown is None:
         messages.info(

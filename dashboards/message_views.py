@@ -7,6 +7,7 @@ tenant's event or delivery id is a 404, the same answer as an id that does not e
 """
 
 from django.contrib import messages as flash
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -117,11 +118,7 @@ def resend_delivery(
     if delivery is None:
         raise Http404("No such delivery.")
     if not may_change(request.user, tenant):
-        return HttpResponse(
-            "Only an admin of this tenant may resend deliveries.\n",
-            status=403,
-            content_type="text/plain",
-        )
+        raise PermissionDenied("Only an admin of this tenant may resend deliveries.")
     back = reverse("tenants:message", args=[tenant.key, event_id])
     queued = resend([delivery])
     if not queued and Event.objects.filter(pk=event_id, payload_pruned_at__isnull=False).exists():

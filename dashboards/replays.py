@@ -7,7 +7,8 @@ link: its URLs take no token, and a shared access is refused here as well.
 """
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -91,7 +92,7 @@ def replays(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     if request.method != "POST":
         return _page(request, access, WindowForm(tenant=tenant, initial=last_hour()))
     if not may_replay(request, access):
-        return HttpResponseForbidden(NOT_ALLOWED)
+        raise PermissionDenied(NOT_ALLOWED)
     form = WindowForm(request.POST, tenant=tenant)
     if not form.is_valid():
         return _page(request, access, form, status=400)
@@ -112,6 +113,6 @@ def cancel(request: HttpRequest, access: TenantAccess, job_id: str) -> HttpRespo
     if job is None:
         raise Http404("No such replay.")
     if not may_replay(request, access):
-        return HttpResponseForbidden(NOT_ALLOWED)
+        raise PermissionDenied(NOT_ALLOWED)
     replay_window.cancel(job, user=request.user, via=AuditEntry.Via.PORTAL)
     return redirect(reverse("tenants:replays", kwargs={"key": access.tenant.key}))

@@ -200,3 +200,18 @@ def test_status_json_holds_only_this_tenants_identifiers(client, two_tenants) ->
     data = client.get(reverse("tenants:status", args=[mine.key])).json()
     assert_no_leak(json.dumps(data), theirs)
     assert data["share_of_turns"]["other_backlogged_tenants"] == 1  # a count, never a name
+
+
+def test_a_refusal_is_a_styled_page_with_its_reason_and_a_way_back(client) -> None:
+    tenant = make_tenant("styled.example")
+    client.force_login(make_user("viewer-styled", tenant=tenant))
+
+    refused = client.get(reverse("tenants:audit", args=[tenant.key]))
+    missing = client.get(reverse("tenants:dashboard", args=["nobody.example"]))
+
+    body = refused.content.decode()
+    assert refused.status_code == 403 and refused["Content-Type"].startswith("text/html")
+    assert "<h1>Not allowed</h1>" in body and "may read its audit trail" in body
+    assert 'href="/t/"' in body and "dashboard.css" in body
+    assert missing.status_code == 404 and "<h1>Not found</h1>" in missing.content.decode()
+    assert 'href="/t/"' in missing.content.decode()
