@@ -5,7 +5,7 @@ Newest first, a page at a time by keyset on (at, id), the order of the (tenant, 
 index: no COUNT and no OFFSET, so the hundredth page costs what the first does.
 """
 
-import json
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -46,11 +46,44 @@ def audit_trail(request: HttpRequest, access: TenantAccess) -> HttpResponse:
         {
             "access": access,
             "tenant": access.tenant,
-            "entries": [
-                (entry, json.dumps(entry.detail, sort_keys=True, ensure_ascii=False))
-                for entry in page
-            ],
+            "entries": [(entry, readable(entry.detail)) for entry in page],
             "next_url": next_url,
             "first_page": before is None,
         },
     )
+
+
+def readable(detail: dict[str, Any]) -> list[str]:
+    """An entry's detail as lines a person reads: each changed field as "field: before →
+    after", then every other fact as "Label: value". Nothing is cut."""
+    old, new = detail.get("old") or {}, detail.get("new") or {}
+    lines = [
+        f"{_label(field)}: {_value(old[field])} → {_value(new.get(field))}"
+        if field in old
+        else f"{_label(field)}: {_value(new[field])}"
+        for field in dict.fromkeys([*old, *new])
+    ]
+    lines += [
+        f"{_label(key)}: {_value(value)}"
+        for key, value in sorted(detail.items())
+        if key not in ("old", "new")
+    ]
+    return lines
+
+
+def _label(key: str) -> str:
+    return key.replace("_", " ").capitalize()
+
+
+def _value(value: Any) -> str:
+    if value is None or value == "":
+        return "(empty)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict):
+        return ", ".join(f"{_label(k).lower()} {_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_value(item) for item in value) or "(none)"
+    return str(value)

@@ -598,3 +598,23 @@ def test_only_the_tenants_admin_sees_the_secrets_page(client, shop) -> None:
     assert client.get(shown).status_code == 403
     client.force_login(shop["b_admin"])
     assert client.get(shown).status_code == 404
+
+
+def test_the_audit_trail_reads_as_changes_not_json(client, shop) -> None:
+    ep = shop["ep"]
+    long_description = "orders and refunds for the warehouse in Lyon, " * 4
+    client.force_login(shop["admin"])
+    client.post(
+        url("endpoint", shop["a"], ep.pk),
+        {"url": PUBLIC_URL, "description": long_description},
+    )
+    client.post(url("endpoint-secret-rotate", shop["a"], ep.pk), {"overlap_hours": "6"})
+
+    page = client.get(url("audit", shop["a"])).content.decode()
+    crumbs = re.search(r'<p class="crumbs">(.*?)</p>', page, re.S).group(1)
+
+    assert "Endpoints" not in crumbs and "Audit trail" in crumbs
+    assert f"Url: {ep.url} → {PUBLIC_URL}" in page
+    assert f"Description: {ep.description} → {long_description.strip()}" in page
+    assert "<li>Overlap hours: 6</li>" in page
+    assert '{"' not in page  # no raw JSON
