@@ -6,6 +6,7 @@ MAX_ATTEMPTS_READ rows: a busy endpoint's day then reads as its latest attempts 
 says so) instead of a scan that grows with its traffic.
 """
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -38,8 +39,9 @@ class WindowHealth:
         rate = self.success_rate
         if rate is None:
             return "no attempts"
-        # A rate just under one must not round up to a perfect hundred.
-        shown = f"{rate * 100:.1f}".removesuffix(".0") if rate < 1 else "100"
+        # Rounded down: a rate just under one must never read as a perfect hundred.
+        tenths = math.floor(rate * 1000) / 10
+        shown = f"{tenths:.1f}".removesuffix(".0") if rate < 1 else "100"
         return f"{shown} %"
 
 

@@ -28,6 +28,7 @@ HISTORY_WINDOW = timedelta(hours=1)
 POLL_SECONDS = 3
 HOME_TENANTS_SHOWN = 200  # staff see every tenant: the rest are a search in the admin away
 CHARTS = {"backlog-age", "delivered"}
+UNKNOWN_DRAIN = "unknown"
 # Drawn about this wide on a laptop, so the axis labels come out at their font size.
 CHART_WIDTH, CHART_HEIGHT = 480, 200
 
@@ -135,6 +136,10 @@ def tenant_status(tenant: Tenant) -> dict[str, Any]:
             "seconds": round(assessed.drain_seconds) if assessed.drain_seconds else None,
             "text": _drain_text(assessed, facts),
             "clears_at": _iso(assessed.clears_at),
+            # The estimate divides by the recent pace: with nothing delivered, there is none.
+            "detail": "nothing went out lately to estimate from"
+            if _drain_text(assessed, facts) == UNKNOWN_DRAIN
+            else "at the current pace",
         },
         "endpoints": [
             _endpoint_json(endpoint, fact)
@@ -196,7 +201,7 @@ def _drain_text(assessed: pacing.Pacing, facts: pacing.TenantFacts) -> str:
     if facts.queued + facts.in_flight == 0:
         return "nothing to drain"
     if assessed.drain_seconds is None:
-        return "estimating…"
+        return UNKNOWN_DRAIN
     return pacing.duration(assessed.drain_seconds)
 
 

@@ -9,6 +9,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboards.endpoint_health import WindowHealth
 from delivery.models import Attempt, Delivery
 from delivery.scheduler import get_scheduler
 from delivery.upkeep import maintenance
@@ -153,3 +154,23 @@ def test_counts_are_grouped_by_thousands_on_the_page(client) -> None:
     assert data["backlog"]["fresh"] == 1_200
     assert "1,200 new" in page
     assert "20,000 of the latest 20,000" in cells
+
+
+def test_with_nothing_delivered_the_drain_time_is_unknown_and_says_why(client) -> None:
+    tenant = make_tenant("nodrain.example")
+    make_endpoint(tenant, "http://127.0.0.1:9/nodrain")
+    publish(tenant, "orders/paid", {"n": 1})
+
+    drain = status_of(client, tenant)["drain"]
+    page = client.get(reverse("tenants:dashboard", args=[tenant.key])).content.decode()
+
+    assert drain["text"] == "unknown" and drain["seconds"] is None
+    assert drain["detail"] == "nothing went out lately to estimate from"
+    assert "nothing went out lately to estimate from" in page
+    assert "estimating" not in page
+
+
+def test_a_success_rate_just_under_one_never_reads_100_percent() -> None:
+    assert WindowHealth(10_000, 9_999, None, None).success_text == "99.9 %"
+    assert WindowHealth(10_000, 10_000, None, None).success_text == "100 %"
+    assert WindowHealth(3, 1, None, None).success_text == "33.3 %"

@@ -133,7 +133,7 @@
       `weight ${s.share_of_turns.weight} · ${others} other tenant${others === 1 ? "" : "s"} waiting`;
     document.getElementById("drain-detail").textContent = s.drain.clears_at
       ? "clears around " + localTime(s.drain.clears_at)
-      : "at the current pace";
+      : s.drain.detail;
     renderEndpoints(s.endpoints);
     renderFailures(s.failures);
     const sampled = s.history.last_sampled_at || "";
