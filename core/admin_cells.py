@@ -16,6 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from core.ids import ULID_LENGTH, is_base32
+
 ELLIPSIS = "…"
 WORD_JOINER = "\u2060"  # keeps a leading ellipsis on its id's line
 
@@ -30,6 +32,16 @@ def clip(value: object, length: int, *, keep_end: bool = False) -> str:
         ELLIPSIS + WORD_JOINER + text[1 - length :] if keep_end else text[: length - 1] + ELLIPSIS
     )
     return format_html('<span title="{}">{}</span>', text, shown)
+
+
+def clipped_tail(term: str) -> str | None:
+    """The tail of an id as a clipped cell shows it ("…⁠CGFEBDNA8F", pasted from the list),
+    for a search to match ids that end with it; None for any other term."""
+    term = term.strip()
+    if not term.startswith(ELLIPSIS):
+        return None
+    tail = term.replace(ELLIPSIS, "").replace(WORD_JOINER, "").strip().upper()
+    return tail if 4 <= len(tail) < ULID_LENGTH and is_base32(tail) else None
 
 
 def when(moment: datetime | None, now: datetime | None = None) -> str | None:

@@ -72,7 +72,12 @@ def ulid_floor(now_ms: int) -> str:
     return _encode(now_ms << 80)
 
 
+def is_base32(text: str) -> bool:
+    """Whether every character of `text` is Crockford base32, as a ULID's are."""
+    return all(char in _DECODE for char in text.upper())
+
+
 def looks_like_ulid(text: str) -> bool:
     """Whether `text` could be an id of ours (26 Crockford base32 characters): the admin's
     searches then look it up by index instead of matching it against every field."""
-    return len(text) == ULID_LENGTH and all(char in _DECODE for char in text.upper())
+    return len(text) == ULID_LENGTH and is_base32(text)

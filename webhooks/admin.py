@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
 
-from core.admin_cells import changelist_link, clipped, timed
+from core.admin_cells import changelist_link, clipped, clipped_tail, timed
 from core.admin_paging import EstimatedCountPaginator
 from core.admin_readonly import ReadOnlyAdmin
 from core.ids import looks_like_ulid
@@ -136,9 +136,12 @@ class EventAdmin(ReadOnlyAdmin):
         # After every filter (Django applies the search last): the payload search sees the
         # narrowed list, which bounds what it reads (see webhooks/admin_payload.py).
         term = search_term.strip().upper()
+        tail = clipped_tail(search_term)
         if looks_like_ulid(term):
             # An event id: its day's primary key, not a substring match of every field.
             queryset, duplicates = queryset.filter(pk=term), False
+        elif tail is not None:  # an event id as this list shows it, pasted back
+            queryset, duplicates = queryset.filter(pk__endswith=tail), False
         else:
             queryset, duplicates = super().get_search_results(request, queryset, search_term)
         return search_payload(request, queryset), duplicates

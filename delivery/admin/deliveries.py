@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import Q
 from django.utils.html import format_html
 
-from core.admin_cells import clipped, timed
+from core.admin_cells import clipped, clipped_tail, timed
 from core.admin_paging import EstimatedCountPaginator
 from core.admin_readonly import ReadOnlyAdmin
 from core.ids import looks_like_ulid
@@ -87,6 +87,9 @@ class DeliveryAdmin(DeliveryPageMixin, ReadOnlyAdmin):
             # A delivery's or its event's id: an index each. Django's OR over every search
             # field joins tenants and endpoints and reads the whole table.
             return queryset.filter(Q(pk=term) | Q(event_id=term)), False
+        tail = clipped_tail(search_term)
+        if tail is not None:  # the id as this list shows it, pasted back
+            return queryset.filter(pk__endswith=tail), False
         return super().get_search_results(request, queryset, search_term)
 
     @admin.action(description="Replay selected dead letters (paced through the tenant's lane)")
@@ -164,4 +167,8 @@ class AttemptAdmin(ReadOnlyAdmin):
                 *Delivery.objects.filter(event_id=term).values_list("pk", flat=True),
             ]
             return queryset.filter(delivery_id__in=deliveries), False
+        tail = clipped_tail(search_term)
+        if tail is not None:  # a delivery id as this list shows it, pasted back
+            ids = Delivery.objects.filter(pk__endswith=tail).values_list("pk", flat=True)
+            return queryset.filter(delivery_id__in=list(ids[:100])), False
         return super().get_search_results(request, queryset, search_term)

@@ -3,11 +3,15 @@ searched by index, nothing is counted in full on PostgreSQL, and every list, fil
 search the admin offers there is served by an index (checked with PostgreSQL's planner).
 bench/history.py times the same pages over millions of rows."""
 
+import re
+from urllib.parse import quote
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core import admin_paging
+from core.admin_cells import clip
 from core.admin_paging import EstimatedCountPaginator, planner_estimate
 from delivery.models import Attempt, Delivery
 from ingest.publish import publish
@@ -125,3 +129,19 @@ def test_a_count_that_is_an_estimate_says_about(staff_client, history, monkeypat
         assert f"about {cl.result_count}</span> deliveries" in footer
     else:  # SQLite counts exactly
         assert "about" not in footer and "6 deliveries" in footer
+
+
+def test_an_id_pasted_as_the_list_shows_it_is_found(staff_client, history) -> None:
+    delivery, event = history, history.event
+
+    def shown(value: str) -> str:
+        """The cell's visible text, as a person copies it from the list."""
+        return re.sub(r"<[^>]+>", "", clip(value, 11, keep_end=True))
+
+    assert shown(delivery.pk).startswith("…")
+    found = _listed(staff_client, f"/admin/delivery/delivery/?q={quote(shown(delivery.pk))}")
+    assert [d.pk for d in found] == [delivery.pk]
+    found = _listed(staff_client, f"/admin/delivery/attempt/?q={quote(shown(delivery.pk))}")
+    assert [a.delivery_id for a in found] == [delivery.pk]
+    found = _listed(staff_client, f"/admin/webhooks/event/?q={quote(shown(event.pk))}")
+    assert [e.pk for e in found] == [event.pk]
