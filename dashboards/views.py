@@ -29,6 +29,7 @@ POLL_SECONDS = 3
 HOME_TENANTS_SHOWN = 200  # staff see every tenant: the rest are a search in the admin away
 CHARTS = {"backlog-age", "delivered"}
 UNKNOWN_DRAIN = "unknown"
+ERROR_CHARS = 160  # the message page shows the whole error; the failures table a glance
 # Drawn about this wide on a laptop, so the axis labels come out at their font size.
 CHART_WIDTH, CHART_HEIGHT = 480, 200
 
@@ -73,7 +74,7 @@ def _recent_failures(tenant: Tenant) -> list[dict[str, Any]]:
                 "status": delivery.get_status_display(),
                 "attempts": delivery.attempts,
                 "status_code": attempt.status_code if attempt else None,
-                "error": (attempt.error if attempt else "") or delivery.last_error,
+                "error": ((attempt.error if attempt else "") or delivery.last_error)[:ERROR_CHARS],
                 "response_excerpt": (attempt.response_excerpt if attempt else "")[:EXCERPT_CHARS],
                 "attempted_at": _iso(attempt.started_at if attempt else None),
                 "next_retry_at": _iso(delivery.next_attempt_at)

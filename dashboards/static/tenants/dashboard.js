@@ -94,7 +94,7 @@
         tr.appendChild(timeCell(f.attempted_at));
         tr.appendChild(cell(f.event_type || "event", "mono"));
         tr.appendChild(cell(f.endpoint, "mono wrap-any"));
-        const result = cell(f.status_code ? "HTTP " + f.status_code : f.error || "-");
+        const result = cell(f.status_code ? "HTTP " + f.status_code : f.error || "-", "wrap-any");
         result.appendChild(document.createElement("br"));
         const note = document.createElement("span");
         note.className = "muted";
