@@ -7,6 +7,7 @@ import re
 from urllib.parse import quote
 
 import pytest
+from django.contrib.admin.views.main import ChangeList
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -145,3 +146,17 @@ def test_an_id_pasted_as_the_list_shows_it_is_found(staff_client, history) -> No
     assert [a.delivery_id for a in found] == [delivery.pk]
     found = _listed(staff_client, f"/admin/webhooks/event/?q={quote(shown(event.pk))}")
     assert [e.pk for e in found] == [event.pk]
+
+
+def test_result_counts_are_grouped_by_thousands(staff_client, history, monkeypatch) -> None:
+    real = ChangeList.get_results
+
+    def many(self, request):
+        real(self, request)
+        self.result_count = 81_377
+
+    monkeypatch.setattr(ChangeList, "get_results", many)
+
+    page = staff_client.get("/admin/delivery/delivery/?q=big.example").content.decode()
+
+    assert "81,377 results" in page and "81377" not in page
