@@ -225,6 +225,13 @@ class _Reading:
             tenant_id=key,
             delayed=self.retrying.get(key, 0),
             weight=tenant.weight if tenant else 1,
+            # The snapshot rows only tenants with work queued; what is in flight to the
+            # tenant's own endpoints is its own (a shared destination's is everyone's).
+            in_flight=sum(
+                self.capacity[e.pk].in_flight
+                for e in self.own(key)
+                if e.tenant_id == key and e.pk in self.capacity
+            ),
         )
 
     def tenant_facts(self, tenant: Tenant | None, key: TenantKey) -> pacing.TenantFacts:

@@ -110,7 +110,7 @@ def assert_agree(seen: dict) -> None:
         "in_flight": row.in_flight if row else 0,
     }
     # The tenant's page: the schedule's counts, and the rows' for what is not queued.
-    for name in ("fresh", "retry", "in_flight"):
+    for name in ("fresh", "retry", "in_flight") if row is not None else ("fresh", "retry"):
         assert backlog[name] == queued[name], (name, backlog, queued)
     if row is not None:
         assert backlog["delayed"] == row.delayed
@@ -120,8 +120,8 @@ def assert_agree(seen: dict) -> None:
     if row is not None:
         open_rows = rows[Delivery.Status.PENDING] + rows[Delivery.Status.RETRY_SCHEDULED]
         assert row.fresh + row.retry + row.delayed + row.in_flight == open_rows, (row, rows)
-    else:
-        assert rows[Delivery.Status.PENDING] == 0
+    else:  # nothing queued: what is open is in flight, or a retry due later
+        assert rows[Delivery.Status.PENDING] == backlog["in_flight"]
         assert backlog["delayed"] == rows[Delivery.Status.RETRY_SCHEDULED]
     # The page's words say the JSON's numbers.
     shown = seen["dashboard"]
@@ -218,6 +218,21 @@ def test_a_disabled_endpoint_holding_work_and_dead_letters(operator, later) -> N
 
     assert_agree(seen)
     assert (seen["status"]["backlog"]["held"], seen["status"]["backlog"]["dead"]) == (5, 4)
+
+
+def test_a_tenant_whose_only_work_is_in_flight(operator, later) -> None:
+    tenant = make_tenant("busy.example")
+    make_endpoint(tenant, "http://127.0.0.1:9/busy", max_in_flight=5)
+    for i in range(3):
+        publish(tenant, "orders/create", {"i": i})
+    assert len(later.pick("w", 10).leases) == 3
+
+    seen = figures(operator, later, tenant)
+
+    assert_agree(seen)
+    assert seen["row"] is None  # nothing queued: the snapshot has no row for it
+    assert seen["status"]["backlog"]["in_flight"] == 3 == seen["rows"][Delivery.Status.PENDING]
+    assert seen["dashboard"]["in flight"] == 3
 
 
 def test_an_idle_tenant(operator, later) -> None:
