@@ -9,14 +9,18 @@ and no two surfaces disagree. Runs on SQLite and PostgreSQL alike."""
 import json
 import re
 import time
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 
 from delivery.models import Delivery
+from delivery.replays import window as replay_window
+from delivery.replays.window import Window
 from delivery.scheduler import Scheduler, install_scheduler, reset_scheduler
 from delivery.upkeep.maintenance import rebuild_schedule
 from ingest.publish import publish
@@ -218,6 +222,30 @@ def test_a_disabled_endpoint_holding_work_and_dead_letters(operator, later) -> N
 
     assert_agree(seen)
     assert (seen["status"]["backlog"]["held"], seen["status"]["backlog"]["dead"]) == (5, 4)
+
+
+def test_a_replay_in_progress(operator, later) -> None:
+    tenant = make_tenant("replaying.example")
+    make_endpoint(tenant, "http://127.0.0.1:9/replaying", max_in_flight=50)
+    for i in range(8):
+        publish(tenant, "orders/create", {"i": i})
+    Delivery.objects.filter(tenant=tenant).update(status=Delivery.Status.DEAD)
+    later.clear()
+    now = timezone.now()
+    job = replay_window.start(
+        tenant,
+        Window(start=now - timedelta(hours=1), end=now, statuses=("dead",)),
+        user=None,
+        via="admin",
+    )
+    replay_window.feed_replays()  # the sweep's step: the first chunk into the lane
+
+    seen = figures(operator, later, tenant)
+
+    assert_agree(seen)
+    job.refresh_from_db()
+    assert job.fed == seen["status"]["backlog"]["fresh"] + seen["status"]["backlog"]["in_flight"]
+    assert seen["status"]["backlog"]["dead"] == 8 - job.fed
 
 
 def test_a_tenant_whose_only_work_is_in_flight(operator, later) -> None:
