@@ -235,7 +235,7 @@ def test_event_page_shows_payload_deliveries_attempts_and_hides_signatures(clien
     client.force_login(member("ann", a))
     response = client.get(reverse("tenants:message", args=[a.key, event.pk]))
     assert response.status_code == 200
-    body = response.content.decode()
+    body = response.content.decode().replace("<wbr>", "")  # URLs may wrap at separators
     assert "&quot;i&quot;: 1" in body  # pretty-printed JSON
     assert "req-42" in body
     assert "Hmac" not in body and "c2VjcmV0LWhtYWM=" not in body

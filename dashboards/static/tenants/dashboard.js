@@ -56,6 +56,18 @@
     return dueNow ? cell(dueNow === true ? "due now" : "due now (" + dueNow + ")") : timeCell(iso);
   }
 
+  // A URL that wraps after "/", "?", "&" and "=", never mid-host (the breakable filter's
+  // rule, dashboards/templatetags/urls_text.py).
+  function breakable(text, className) {
+    const td = document.createElement("td");
+    if (className) td.className = className;
+    (text || "").split(/(\/\/|\/|\?|&|=)/).forEach((part) => {
+      td.appendChild(document.createTextNode(part));
+      if (/^(\/\/|\/|\?|&|=)$/.test(part)) td.appendChild(document.createElement("wbr"));
+    });
+    return td;
+  }
+
   function emptyRow(body, columns, text) {
     const tr = document.createElement("tr");
     const td = cell(text, "muted");
@@ -70,7 +82,7 @@
     body.replaceChildren(
       ...endpoints.map((e) => {
         const tr = document.createElement("tr");
-        tr.appendChild(cell(e.label, "mono wrap-any"));
+        tr.appendChild(breakable(e.label, "mono wrap-any"));
         const state = document.createElement("td");
         const pill = document.createElement("span");
         pill.className = "state state-" + e.state;
@@ -93,7 +105,7 @@
         const tr = document.createElement("tr");
         tr.appendChild(timeCell(f.attempted_at));
         tr.appendChild(cell(f.event_type || "event", "mono"));
-        tr.appendChild(cell(f.endpoint, "mono wrap-any"));
+        tr.appendChild(breakable(f.endpoint, "mono wrap-any"));
         const result = cell(f.status_code ? "HTTP " + f.status_code : f.error || "-", "wrap-any");
         result.appendChild(document.createElement("br"));
         const note = document.createElement("span");
