@@ -178,7 +178,8 @@ def _over_window(reasons: list[Status], readings: list[bytes], *, queued: bool) 
     ]
 
 
-# What a tenant with no row in the snapshot has: nothing queued, nothing in flight.
+# A tenant with no row in the snapshot has nothing queued (its in-flight count comes from
+# its endpoints: _Reading.queue).
 _NOTHING_QUEUED = TenantRow(
     tenant_id=None,
     fresh=0,
