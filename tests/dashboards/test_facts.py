@@ -18,13 +18,15 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from delivery.models import Delivery
+from delivery.models import Attempt, Delivery
 from delivery.replays import window as replay_window
 from delivery.replays.window import Window
 from delivery.scheduler import Scheduler, install_scheduler, reset_scheduler
 from delivery.upkeep.maintenance import rebuild_schedule
 from ingest.publish import publish
+from tenants.models import Endpoint
 from tests.factories import make_endpoint, make_tenant
+from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OVERVIEW_COLUMNS = ["fresh", "retry", "delayed", "held", "in_flight"]
@@ -80,6 +82,27 @@ def _dashboard_detail(page: str) -> dict[str, int]:
     return figures
 
 
+def _endpoint_rows(page: str) -> dict[int, dict]:
+    """Per endpoint on the endpoints page: the last hour's and day's "delivered of
+    attempts", and failures in a row."""
+    found = {}
+    for pk, row in re.findall(r'<tr data-endpoint="(\d+)">(.*?)</tr>', page, re.S):
+        cells = [re.sub(r"<[^>]+>", " ", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        windows = [
+            re.search(r"([\d,]+) of (?:the latest )?([\d,]+)|no attempts", cells[i]) for i in (2, 4)
+        ]
+        found[int(pk)] = {
+            "hour": (_number(windows[0].group(1)), _number(windows[0].group(2)))
+            if windows[0].group(1)
+            else (0, 0),
+            "day": (_number(windows[1].group(1)), _number(windows[1].group(2)))
+            if windows[1].group(1)
+            else (0, 0),
+            "failures_in_a_row": _number(cells[-1]),
+        }
+    return found
+
+
 def figures(client, scheduler, tenant) -> dict:
     """What each surface says of `tenant`, beside the rows and the snapshot."""
     snapshot = scheduler.snapshot(top_n=100)
@@ -93,7 +116,17 @@ def figures(client, scheduler, tenant) -> dict:
         (r for r in json.loads(out.getvalue())["tenants"] if r["tenant_key"] == tenant.key), None
     )
     metrics = client.get("/metrics").content.decode()
+    endpoints = client.get(reverse("tenants:endpoints", args=[tenant.key])).content.decode()
+    event = Event.objects.filter(tenant=tenant).order_by("id").first()
+    message = (
+        client.get(reverse("tenants:message", args=[tenant.key, event.pk])).content.decode()
+        if event
+        else ""
+    )
     return {
+        "endpoints": _endpoint_rows(endpoints),
+        "event": event,
+        "message": message,
         "rows": _rows(tenant),
         "snapshot": snapshot,
         "row": row,
@@ -157,6 +190,21 @@ def assert_agree(seen: dict) -> None:
     ):
         assert f'webhook_lane_depth{{lane="{lane}"}} {float(depth)}' in metrics, lane
     assert f"webhook_in_flight {float(snapshot.in_flight)}" in metrics
+    # The endpoints page: each endpoint's attempts of the last hour and day, as stored.
+    since = timezone.now() - timedelta(hours=1)
+    for endpoint in Endpoint.objects.filter(tenant=seen["event"].tenant if seen["event"] else None):
+        attempts = Attempt.objects.filter(endpoint=endpoint, started_at__gte=since)
+        delivered = attempts.filter(outcome=Attempt.Outcome.DELIVERED).count()
+        shown = seen["endpoints"][endpoint.pk]
+        assert shown["hour"] == shown["day"] == (delivered, attempts.count()), shown
+        assert shown["failures_in_a_row"] == endpoint.consecutive_failures
+    # The event's page: each delivery's status and every attempt made.
+    if seen["event"] is not None:
+        facts = re.sub(r"\s+", " ", seen["message"])
+        for delivery in Delivery.objects.filter(event=seen["event"]):
+            made = Attempt.objects.filter(delivery=delivery).count()
+            assert f'<dd class="mono">{delivery.pk}</dd> <dt>Attempts</dt><dd>{made}' in facts
+            assert delivery.get_status_display() in facts
 
 
 def test_a_paced_flood(operator, later) -> None:
@@ -199,11 +247,22 @@ def test_a_failing_endpoint_with_retries_due_later(operator, later) -> None:
     Delivery.objects.filter(pk__in=[lease.delivery_id for lease in leases]).update(
         status=Delivery.Status.RETRY_SCHEDULED, lane=Delivery.Lane.RETRY, attempts=1
     )
+    for lease in leases:
+        Attempt.objects.create(
+            delivery_id=lease.delivery_id,
+            endpoint_id=lease.endpoint_id,
+            number=1,
+            status_code=503,
+            outcome=Attempt.Outcome.RETRY,
+        )
 
     seen = figures(operator, later, tenant)
 
     assert_agree(seen)
     assert seen["status"]["backlog"]["delayed"] == 3
+    [shown] = seen["endpoints"].values()
+    assert shown == {"hour": (0, 3), "day": (0, 3), "failures_in_a_row": 3}
+    assert "<dt>Attempts</dt><dd>1" in seen["message"]  # the first event was tried once
 
 
 def test_a_disabled_endpoint_holding_work_and_dead_letters(operator, later) -> None:
