@@ -230,7 +230,6 @@ def secrets_shown(request: HttpRequest, access: TenantAccess, endpoint_id: str) 
             "newest": rows[0] if rows else None,
             **shown,
         },
-        status=201 if shown["why"] == "created" else 200,
     )
 
 
