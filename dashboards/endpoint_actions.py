@@ -26,18 +26,18 @@ EDITABLE = ("url", "description", "event_types")
 TEST_EVENT_TYPE = "webhook.test"
 
 
-def _audit(endpoint: Endpoint, actor, action: AuditEntry.Action, **detail: Any) -> None:
+def _audit(endpoint: Endpoint, actor, action: AuditEntry.Action, via: str, **detail: Any) -> None:
     audit.record(
         actor=actor,
         action=action,
-        via=PORTAL,
+        via=via,
         tenant=endpoint.tenant,
         target=f"endpoint {endpoint.pk}",
         **detail,
     )
 
 
-def create_endpoint(endpoint: Endpoint, actor) -> str | None:
+def create_endpoint(endpoint: Endpoint, actor, *, via: str = PORTAL) -> str | None:
     """Save a new endpoint (tenant already set); returns its generated secret, if any."""
     with transaction.atomic():
         endpoint.save()
@@ -45,14 +45,22 @@ def create_endpoint(endpoint: Endpoint, actor) -> str | None:
             endpoint,
             actor,
             AuditEntry.Action.ENDPOINT_CREATED,
+            via=via,
             new={field: getattr(endpoint, field) for field in EDITABLE},
         )
     return endpoint.generated_secret
 
 
-def change_endpoint(endpoint: Endpoint, before: dict[str, Any], actor) -> dict[str, Any]:
+def change_endpoint(
+    endpoint: Endpoint,
+    before: dict[str, Any],
+    actor,
+    *,
+    via: str = PORTAL,
+    fields: tuple[str, ...] = EDITABLE,
+) -> dict[str, Any]:
     """Save edited fields; audit old and new values of those that changed (none: no row)."""
-    changed = {f: before[f] for f in EDITABLE if before[f] != getattr(endpoint, f)}
+    changed = {f: before[f] for f in fields if before[f] != getattr(endpoint, f)}
     if not changed:
         return {}
     with transaction.atomic():
@@ -61,13 +69,14 @@ def change_endpoint(endpoint: Endpoint, before: dict[str, Any], actor) -> dict[s
             endpoint,
             actor,
             AuditEntry.Action.ENDPOINT_CHANGED,
+            via=via,
             old=changed,
             new={f: getattr(endpoint, f) for f in changed},
         )
     return changed
 
 
-def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
+def disable_endpoint(endpoint: Endpoint, reason: str, actor, *, via: str = PORTAL) -> bool:
     """Disable with the admin's reason; its deliveries are held, not lost. False if it
     was already disabled."""
     with transaction.atomic():
@@ -77,6 +86,7 @@ def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
                 endpoint,
                 actor,
                 AuditEntry.Action.ENDPOINT_DISABLED,
+                via=via,
                 reason=reason,
                 old={"enabled": True},
                 new={"enabled": False},
@@ -84,9 +94,9 @@ def disable_endpoint(endpoint: Endpoint, reason: str, actor) -> bool:
     return done
 
 
-def enable_endpoint(endpoint: Endpoint, actor) -> int:
+def enable_endpoint(endpoint: Endpoint, actor, *, via: str = PORTAL) -> int:
     """Re-enable; its held deliveries resume in order. Returns how many resumed."""
-    return operations.enable_endpoint(endpoint, actor=actor, via=PORTAL)
+    return operations.enable_endpoint(endpoint, actor=actor, via=via)
 
 
 def active_secrets(endpoint: Endpoint) -> list[EndpointSecret]:
@@ -94,20 +104,23 @@ def active_secrets(endpoint: Endpoint) -> list[EndpointSecret]:
     return list(endpoint.secrets.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
 
 
-def reveal_secrets(endpoint: Endpoint, actor) -> list[EndpointSecret]:
+def reveal_secrets(endpoint: Endpoint, actor, *, via: str = PORTAL) -> list[EndpointSecret]:
     """The active secrets, for the caller to show once; the act is audited."""
     shown = active_secrets(endpoint)
     _audit(
         endpoint,
         actor,
         AuditEntry.Action.SECRET_REVEALED,
+        via=via,
         secrets_shown=len(shown),
     )
     logger.info("user %s revealed the signing secret of endpoint %s", actor, endpoint.pk)
     return shown
 
 
-def rotate_secret(endpoint: Endpoint, overlap: timedelta, actor) -> EndpointSecret:
+def rotate_secret(
+    endpoint: Endpoint, overlap: timedelta, actor, *, via: str = PORTAL
+) -> EndpointSecret:
     """A new secret signs from now on; the secrets active now keep signing beside it
     until now + overlap, so a receiver can switch without a gap (deliveries carry one
     signature per active secret). A secret already expiring sooner keeps its own time."""
@@ -122,6 +135,7 @@ def rotate_secret(endpoint: Endpoint, overlap: timedelta, actor) -> EndpointSecr
             endpoint,
             actor,
             AuditEntry.Action.SECRET_ROTATED,
+            via=via,
             overlap_hours=overlap.total_seconds() / 3600,
             old_expires_at=until.isoformat(),
         )
@@ -141,7 +155,7 @@ class TooManyTestEvents(Exception):
     )
 
 
-def send_test_event(endpoint: Endpoint, actor) -> Accepted:
+def send_test_event(endpoint: Endpoint, actor, *, via: str = PORTAL) -> Accepted:
     """One small event to this endpoint alone, through the tenant's lane like any other.
     Raises TooManyTestEvents past TEST_EVENTS_PER_MINUTE for the endpoint (counted in
     the audit trail, which records every one of them)."""
@@ -165,6 +179,7 @@ def send_test_event(endpoint: Endpoint, actor) -> Accepted:
             endpoint,
             actor,
             AuditEntry.Action.TEST_EVENT_SENT,
+            via=via,
             event_id=accepted.event.id,
         )
     return accepted

@@ -3,7 +3,7 @@
 One event: {"tenant", "event_type", "payload", "idempotency_key"?}. A batch:
 {"events": [...]} (at most PUBLISH_MAX_BATCH), stored in one transaction. Errors are
 JSON with the field to fix: 400 unreadable body, 401 token, 405 method, 413 too large,
-422 invalid, 503 when the database cannot store them (ingest.json_views).
+403 a read-only token, 422 invalid, 503 when the database cannot store them (ingest.json_views).
 
 The body must be strict JSON (UTF-8, no NaN/Infinity, no number that overflows a float):
 payloads are re-serialized for delivery, and what we send must be JSON that any receiver
@@ -86,6 +86,8 @@ def publish_events(request: HttpRequest) -> HttpResponse:
         response = error(401, "missing or invalid bearer token")
         response["WWW-Authenticate"] = "Bearer"
         return response
+    if not token.may_publish:
+        return error(403, "this token is read-only: publishing needs a read-write token")
     try:
         raw = read_limited(request, settings.INGEST_MAX_BODY_BYTES)
     except BodyError as exc:

@@ -1,4 +1,4 @@
-"""The WSGI application: the machine doors (/ingest/, /api/v1/events) on a lighter
+"""The WSGI application: the machine doors (/ingest/, /api/v1/) on a lighter
 middleware stack than the pages people use.
 
 Providers and publishers bring a signature or a bearer token, never a cookie: sessions,
@@ -15,7 +15,7 @@ import django
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 
-MACHINE_PREFIXES = ("/ingest/", "/api/v1/events")
+MACHINE_PREFIXES = ("/ingest/", "/api/v1/")
 
 
 class _MachineHandler(WSGIHandler):

@@ -56,11 +56,15 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_prometheus",
     "django_rq",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "webhooks",
     "tenants",
     "delivery",
     "dashboards",
     "simulation",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -313,3 +317,48 @@ RETENTION_SWEEP_SECONDS = env_float("RETENTION_SWEEP_SECONDS", 5.0, minimum=0.1)
 PARTITION_DAYS_AHEAD = env_int("PARTITION_DAYS_AHEAD", 7, minimum=1, maximum=90)
 # Backlog-age thresholds (seconds) for webhook_tenants_over_threshold.
 METRICS_AGE_THRESHOLDS = env_float_list("METRICS_AGE_THRESHOLDS", [60, 300, 900])
+
+# The management API (/api/v1/, api/): Django REST Framework, its schema by drf-spectacular.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.auth.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.auth.TokenAccess"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.problems.handle",
+    "UNAUTHENTICATED_USER": None,
+    "DATETIME_FORMAT": "iso-8601",
+    "COERCE_DECIMAL_TO_STRING": False,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Fair webhooks management API",
+    "DESCRIPTION": "Onboard and run tenants, their endpoints, messages, resends and replays. "
+    "docs/API.md walks through it with curl.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.problems_as_problem_json",
+    ],
+    "SECURITY": [{"bearerAuth": []}],
+    "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
+}
+# Requests per minute per API token (0: no limit); past it, 429 with Retry-After.
+API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 1200, minimum=0)
+# A POST's answer is kept this long for its Idempotency-Key.
+API_IDEMPOTENCY_HOURS = env_int("API_IDEMPOTENCY_HOURS", 24, minimum=1)
+# What a tenant's own token may set on its endpoints; operator tokens go to the model's bounds.
+API_TENANT_MAX_IN_FLIGHT = env_int("API_TENANT_MAX_IN_FLIGHT", 10, minimum=1, maximum=1000)
+API_TENANT_MAX_RATE_PER_SECOND = env_float("API_TENANT_MAX_RATE_PER_SECOND", 100.0)
+API_TENANT_MAX_TIMEOUT_SECONDS = env_int(
+    "API_TENANT_MAX_TIMEOUT_SECONDS", 30, minimum=1, maximum=120
+)
+# Portal links (POST /api/v1/tenants/{key}/portal-links): how long one may wait to be used.
+PORTAL_LINK_SECONDS = env_int("PORTAL_LINK_SECONDS", 300, minimum=10, maximum=86_400)
+# Origins allowed to frame the tenant portal (CSP frame-ancestors); empty: none may.
+PORTAL_FRAME_ANCESTORS = env_list("PORTAL_FRAME_ANCESTORS", [])

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from django_rq import urls as rq_urls
 
+from api import urls as api_urls
 from dashboards import landing
 from dashboards import overview as admin_overview
 from dashboards.exporter import metrics
@@ -20,6 +21,8 @@ urlpatterns = [
     re_path(r"^ingest/(?P<slug>[-\w]+)/?$", views.ingest, name="ingest"),
     re_path(r"^ingest/(?P<slug>[-\w]+)/(?P<path>.+)$", views.ingest, name="ingest-path"),
     path("api/v1/events", api.publish_events, name="publish-events"),
+    *api_urls.urlpatterns,
+    *api_urls.fallback,
     # Emptying or requeueing a queue needs django_rq.admin, not just staff (project.rq_gate).
     path("admin/django-rq/", include((rq_gate.gated(rq_urls.urlpatterns), rq_urls.app_name))),
     # Before admin.site.urls, whose catch-all would answer /admin/overview/ with a 404.

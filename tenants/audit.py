@@ -5,6 +5,16 @@ from typing import Any
 from tenants.models import AuditEntry, Tenant
 
 
+def actor_name(actor) -> str:
+    """Who to name for `actor`: a signed-in user's name, an API token's `audit_name`, or
+    "platform" for the platform's own acts."""
+    if actor is None:
+        return "platform"
+    if actor.is_authenticated:
+        return actor.get_username()
+    return getattr(actor, "audit_name", "platform")
+
+
 def record(
     *,
     actor,
@@ -14,7 +24,8 @@ def record(
     target: str = "",
     **detail: Any,
 ) -> AuditEntry:
-    """Record that `actor` (a user, or None for the platform itself) did `action`.
+    """Record that `actor` (a user, an API token, or None for the platform itself) did
+    `action`.
 
     `detail` is stored as JSON: counts, filters, old and new values. Never pass a secret:
     the trail is shown to every admin of the tenant.
@@ -22,7 +33,7 @@ def record(
     user = actor if actor is not None and actor.is_authenticated else None
     return AuditEntry.objects.create(
         actor=user,
-        actor_name=user.get_username() if user is not None else "platform",
+        actor_name=actor_name(actor),
         action=action,
         via=via,
         tenant=tenant,

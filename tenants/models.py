@@ -313,6 +313,11 @@ class AuditEntry(models.Model):
         TENANT_PAUSED = "tenant.paused", "Delivery paused"
         TENANT_RESUMED = "tenant.resumed", "Delivery resumed"
         TENANT_WEIGHT_CHANGED = "tenant.weight_changed", "Weight changed"
+        TENANT_CREATED = "tenant.created", "Tenant created"
+        TENANT_CHANGED = "tenant.changed", "Tenant changed"
+        ENDPOINT_DELETED = "endpoint.deleted", "Endpoint deleted"
+        PORTAL_LINK_CREATED = "portal_link.created", "Portal link created"
+        PORTAL_LINK_USED = "portal_link.used", "Portal link used"
 
     class Via(models.TextChoices):
         ADMIN = "admin", "Admin"

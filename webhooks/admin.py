@@ -169,16 +169,24 @@ class EventAdmin(ReadOnlyAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are shown once, at creation, in a message; only a hash is stored."""
 
-    list_display = ["name", "prefix", "tenant", "is_active", "created_at", "last_used_at"]
-    list_filter = ["is_active"]
+    list_display = [
+        "name",
+        "prefix",
+        "tenant",
+        "access",
+        "is_active",
+        "created_at",
+        "last_used_at",
+    ]
+    list_filter = ["is_active", "access"]
     search_fields = ["name", "prefix"]
-    fields = ["name", "tenant", "is_active", "prefix", "created_at", "last_used_at"]
+    fields = ["name", "tenant", "access", "is_active", "prefix", "created_at", "last_used_at"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
 
     def save_model(self, request, obj: ApiToken, form, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
-        token, plain = ApiToken.issue(obj.name, tenant=obj.tenant)
+        token, plain = ApiToken.issue(obj.name, tenant=obj.tenant, access=obj.access)
         obj.pk, obj.prefix, obj.token_hash = token.pk, token.prefix, token.token_hash
         messages.warning(request, f"Copy this token now, it will not be shown again: {plain}")

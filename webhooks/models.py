@@ -180,7 +180,14 @@ def hash_token(token: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A platform-level bearer token for the publish API; only its hash is stored."""
+    """A bearer token for the API; only its hash is stored. Operator-wide (no tenant) or
+    bound to one tenant; `access` says what it may do."""
+
+    class Access(models.TextChoices):
+        # Tokens made before the management API existed: they publish and nothing else.
+        PUBLISH = "publish", "Publish events only"
+        READ = "read", "Read-only (management API)"
+        WRITE = "write", "Read-write (management API and publishing)"
 
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12, editable=False)
@@ -191,11 +198,21 @@ class ApiToken(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="api_tokens",
-        help_text="Restrict the token to one tenant. Empty: it may publish for any tenant.",
+        help_text="Restrict the token to one tenant. Empty: an operator token, for every tenant.",
+    )
+    access = models.CharField(
+        max_length=10,
+        choices=Access.choices,
+        default=Access.WRITE,
+        help_text="Read-only tokens list and read; read-write tokens also change, resend, "
+        "replay and publish; publish-only tokens publish events and nothing else.",
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    # The audit trail and the API's own checks read a token like a user; it is never one.
+    is_authenticated = False
 
     class Meta:
         ordering = ["name"]
@@ -203,11 +220,29 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 
+    @property
+    def audit_name(self) -> str:
+        """How the audit trail names what this token did: never the token itself."""
+        return f"API token {self.name} ({self.prefix}…)"[:150]
+
+    def get_username(self) -> str:
+        return self.audit_name
+
+    @property
+    def is_operator(self) -> bool:
+        return self.tenant_id is None
+
+    @property
+    def may_publish(self) -> bool:
+        return self.access in (self.Access.PUBLISH, self.Access.WRITE)
+
     @classmethod
-    def issue(cls, name: str, tenant: Tenant | None = None) -> tuple["ApiToken", str]:
+    def issue(
+        cls, name: str, tenant: Tenant | None = None, access: str = Access.WRITE
+    ) -> tuple["ApiToken", str]:
         """Create a token; the plain value is returned once and never stored."""
         plain = "whp_" + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            name=name, prefix=plain[:8], token_hash=hash_token(plain), tenant=tenant
+            name=name, prefix=plain[:8], token_hash=hash_token(plain), tenant=tenant, access=access
         )
         return token, plain

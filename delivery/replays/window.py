@@ -110,7 +110,7 @@ def start(tenant: Tenant, window: Window, *, user, via: str) -> ReplayJob:
             tenant=tenant,
             filters=window.to_json(),
             created_by=author,
-            created_by_name=author.get_username() if author else "platform",
+            created_by_name=audit.actor_name(user),
             matched=matched,
             matched_capped=capped,
         )
@@ -130,7 +130,7 @@ def start(tenant: Tenant, window: Window, *, user, via: str) -> ReplayJob:
 def cancel(job: ReplayJob, *, user, via: str) -> bool:
     """Stop feeding. The chunk already in the lane still goes out (its deliveries are
     ordinary pending ones now). False if the job was no longer running."""
-    name = user.get_username() if user is not None and user.is_authenticated else "platform"
+    name = audit.actor_name(user)
     with transaction.atomic():
         changed = ReplayJob.objects.filter(pk=job.pk, state=ReplayJob.State.RUNNING).update(
             state=ReplayJob.State.CANCELLED, finished_at=timezone.now(), cancelled_by_name=name

@@ -1,0 +1,433 @@
+"""/api/v1/tenants/{key}/endpoints: a tenant's endpoints, their signing secrets and their
+health. The same rules as the portal and the admin: the URL passes the SSRF check
+(core.netguard), every change is audited (dashboards.endpoint_actions), disabling holds
+deliveries and enabling resumes them. A tenant's own token sets caps and rates only up
+to what the operator allows tenants (API_TENANT_*); an operator token up to the model's
+bounds."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import Throttled
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api import paging
+from api.idempotency import PARAMETER as IDEMPOTENCY_KEY
+from api.idempotency import idempotent
+from api.problems import Conflict
+from api.schema import errors
+from api.scope import one, tenant_for
+from api.strict import StrictSerializer
+from core.netguard import validate_destination_url
+from dashboards import endpoint_actions
+from dashboards.endpoint_forms import (
+    DISABLE_REASON_CHARS,
+    MAX_EVENT_TYPE_CHARS,
+    MAX_EVENT_TYPES,
+    MAX_OVERLAP_HOURS,
+    MIN_OVERLAP_HOURS,
+)
+from dashboards.endpoint_health import WindowHealth, endpoint_health
+from delivery.models import Delivery
+from tenants import audit
+from tenants.models import AuditEntry, Endpoint, EndpointSecret, mask_secret
+
+API = AuditEntry.Via.API
+SETTINGS = (
+    "max_in_flight",
+    "retry_max_in_flight",
+    "rate_limit_per_second",
+    "timeout_seconds",
+    "sign_requests",
+)
+CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
+
+
+class EndpointOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField()
+    description = serializers.CharField()
+    event_types = serializers.ListField(
+        child=serializers.CharField(), help_text="Types delivered; empty: every type."
+    )
+    max_in_flight = serializers.IntegerField()
+    retry_max_in_flight = serializers.IntegerField()
+    rate_limit_per_second = serializers.FloatField(allow_null=True)
+    timeout_seconds = serializers.IntegerField()
+    sign_requests = serializers.BooleanField()
+    enabled = serializers.BooleanField()
+    disabled_reason = serializers.CharField()
+    disabled_at = serializers.DateTimeField(allow_null=True)
+    consecutive_failures = serializers.IntegerField()
+    failing_since = serializers.DateTimeField(allow_null=True)
+    last_success_at = serializers.DateTimeField(allow_null=True)
+    last_failure_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class EndpointCreated(EndpointOut):
+    secret = serializers.CharField(
+        allow_null=True, help_text="The signing secret, shown this once; null when unsigned."
+    )
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def endpoint_out(endpoint: Endpoint) -> dict:
+    rate = endpoint.rate_limit_per_second
+    return {
+        "id": endpoint.pk,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "event_types": endpoint.event_type_filter(),
+        "max_in_flight": endpoint.max_in_flight,
+        "retry_max_in_flight": endpoint.retry_max_in_flight,
+        "rate_limit_per_second": float(rate) if rate else None,
+        "timeout_seconds": endpoint.timeout_seconds,
+        "sign_requests": endpoint.sign_requests,
+        "enabled": endpoint.enabled,
+        "disabled_reason": endpoint.disabled_reason,
+        "disabled_at": _iso(endpoint.disabled_at),
+        "consecutive_failures": endpoint.consecutive_failures,
+        "failing_since": _iso(endpoint.failing_since),
+        "last_success_at": _iso(endpoint.last_success_at),
+        "last_failure_at": _iso(endpoint.last_failure_at),
+        "created_at": endpoint.created_at.isoformat(),
+    }
+
+
+class EndpointChange(StrictSerializer):
+    url = serializers.URLField(max_length=2000, required=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    event_types = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_EVENT_TYPE_CHARS),
+        max_length=MAX_EVENT_TYPES,
+        required=False,
+        help_text="Types to deliver; empty: every type.",
+    )
+    max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    retry_max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    rate_limit_per_second = serializers.DecimalField(
+        max_digits=9,
+        decimal_places=3,
+        min_value=Decimal("0.001"),
+        max_value=Decimal(10_000),
+        allow_null=True,
+        required=False,
+        help_text="Requests started per second at most; null: no rate limit.",
+    )
+    timeout_seconds = serializers.IntegerField(min_value=1, max_value=120, required=False)
+    sign_requests = serializers.BooleanField(required=False)
+
+    def validate_url(self, value: str) -> str:
+        try:
+            validate_destination_url(value, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from exc
+        return value
+
+    def validate_event_types(self, value: list[str]) -> str:
+        types = [item.strip() for item in value if item.strip()]
+        if any(not item.isprintable() or "," in item for item in types):
+            raise serializers.ValidationError("Printable names without commas.")
+        return ", ".join(dict.fromkeys(types))
+
+    def validate(self, data: dict) -> dict:
+        operator = self.context["operator"]
+        limits = {
+            "max_in_flight": settings.API_TENANT_MAX_IN_FLIGHT,
+            "retry_max_in_flight": settings.API_TENANT_MAX_IN_FLIGHT,
+            "rate_limit_per_second": settings.API_TENANT_MAX_RATE_PER_SECOND,
+            "timeout_seconds": settings.API_TENANT_MAX_TIMEOUT_SECONDS,
+        }
+        problems = {}
+        if not operator:
+            for name, limit in limits.items():
+                value = data.get(name)
+                if value is not None and value > limit:
+                    problems[name] = [f"At most {limit:g} for a tenant's token."]
+                if name == "rate_limit_per_second" and name in data and value is None:
+                    # No limit at all is above any limit.
+                    problems[name] = [f"At most {limit:g} for a tenant's token; not null."]
+        current = self.context.get("endpoint")
+        cap = data.get("max_in_flight", current.max_in_flight if current else 2)
+        retry_cap = data.get("retry_max_in_flight", current.retry_max_in_flight if current else 1)
+        if retry_cap > cap:
+            problems["retry_max_in_flight"] = ["Cannot exceed max_in_flight."]
+        if problems:
+            raise serializers.ValidationError(problems)
+        return data
+
+
+class EndpointCreate(EndpointChange):
+    url = serializers.URLField(max_length=2000)
+
+
+class DisableIn(StrictSerializer):
+    reason = serializers.CharField(max_length=DISABLE_REASON_CHARS)
+
+
+class EnabledOut(serializers.Serializer):
+    endpoint = EndpointOut()
+    resumed = serializers.IntegerField(help_text="Held deliveries put back in the lane.")
+
+
+class SecretOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    secret = serializers.CharField(help_text="Masked, except when revealed or just rotated.")
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class RotateIn(StrictSerializer):
+    overlap_hours = serializers.IntegerField(
+        min_value=MIN_OVERLAP_HOURS,
+        max_value=MAX_OVERLAP_HOURS,
+        default=24,
+        help_text="How long the secrets active now keep signing beside the new one.",
+    )
+
+
+class WindowOut(serializers.Serializer):
+    attempts = serializers.IntegerField()
+    delivered = serializers.IntegerField()
+    success_rate = serializers.FloatField(allow_null=True)
+    p50_ms = serializers.IntegerField(allow_null=True)
+    p95_ms = serializers.IntegerField(allow_null=True)
+    capped = serializers.BooleanField(help_text="True: only the latest attempts were read.")
+
+
+class StatsOut(serializers.Serializer):
+    hour = WindowOut()
+    day = WindowOut()
+
+
+class TestEventOut(serializers.Serializer):
+    event_id = serializers.CharField()
+
+
+def _secret_out(secret: EndpointSecret, *, plain: bool) -> dict:
+    return {
+        "id": secret.pk,
+        "secret": secret.secret if plain else mask_secret(secret.secret),
+        "created_at": secret.created_at.isoformat(),
+        "expires_at": _iso(secret.expires_at),
+    }
+
+
+def _window_out(window: WindowHealth) -> dict:
+    return {
+        "attempts": window.attempts,
+        "delivered": window.delivered,
+        "success_rate": window.success_rate,
+        "p50_ms": window.p50_ms,
+        "p95_ms": window.p95_ms,
+        "capped": window.capped,
+    }
+
+
+def _endpoint(request: Request, key: str, endpoint_id: int) -> Endpoint:
+    tenant = tenant_for(request, key)
+    return one(Endpoint.objects.filter(tenant=tenant), "endpoint", pk=endpoint_id)
+
+
+def _valid(serializer_class, request: Request, endpoint: Endpoint | None = None) -> dict:
+    given = serializer_class(
+        data=request.data,
+        context={"operator": request.auth.is_operator, "endpoint": endpoint},
+    )
+    given.is_valid(raise_exception=True)
+    return given.validated_data
+
+
+class EndpointList(APIView):
+    @extend_schema(
+        operation_id="endpoints_list",
+        parameters=paging.PARAMETERS,
+        responses={200: paging.page_of(EndpointOut, "Endpoint"), **errors(404, 422)},
+    )
+    def get(self, request: Request, key: str) -> Response:
+        tenant = tenant_for(request, key)
+        shown = paging.page(
+            Endpoint.objects.filter(tenant=tenant), request, ["pk"], descending=False
+        )
+        return Response(shown.answer(endpoint_out))
+
+    @extend_schema(
+        operation_id="endpoints_create",
+        request=EndpointCreate,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: EndpointCreated, **errors(404, 409, 422)},
+    )
+    @idempotent
+    def post(self, request: Request, key: str) -> Response:
+        """Create an endpoint; a signing one answers with its secret, this once."""
+        tenant = tenant_for(request, key)
+        data = _valid(EndpointCreate, request)
+        endpoint = Endpoint(tenant=tenant, **data)
+        secret = endpoint_actions.create_endpoint(endpoint, request.auth, via=API)
+        return Response({**endpoint_out(endpoint), "secret": secret}, status=201)
+
+
+class EndpointDetail(APIView):
+    @extend_schema(operation_id="endpoints_get", responses={200: EndpointOut, **errors(404)})
+    def get(self, request: Request, key: str, endpoint_id: int) -> Response:
+        return Response(endpoint_out(_endpoint(request, key, endpoint_id)))
+
+    @extend_schema(
+        operation_id="endpoints_update",
+        request=EndpointChange,
+        responses={200: EndpointOut, **errors(404, 422)},
+    )
+    def patch(self, request: Request, key: str, endpoint_id: int) -> Response:
+        endpoint = _endpoint(request, key, endpoint_id)
+        data = _valid(EndpointChange, request, endpoint)
+        before = {name: getattr(endpoint, name) for name in CHANGEABLE}
+        for name, value in data.items():
+            setattr(endpoint, name, value)
+        endpoint_actions.change_endpoint(endpoint, before, request.auth, via=API, fields=CHANGEABLE)
+        return Response(endpoint_out(endpoint))
+
+    @extend_schema(
+        operation_id="endpoints_delete",
+        parameters=[
+            OpenApiParameter(
+                "discard_waiting",
+                bool,
+                description="Delete even though deliveries still wait for it (they are "
+                "dropped). Without it such a delete is a 409.",
+            )
+        ],
+        responses={204: None, **errors(404, 409)},
+    )
+    def delete(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """Delete the endpoint and its delivery history. Refused (409) while deliveries
+        wait for it, unless discard_waiting=true: disable it instead to keep them."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        waiting = Delivery.objects.filter(
+            endpoint=endpoint,
+            status__in=[*Delivery.OPEN_STATUSES, Delivery.Status.HELD],
+        ).count()
+        if waiting and request.query_params.get("discard_waiting") != "true":
+            raise Conflict(
+                f"{waiting} deliveries still wait for this endpoint. Disable it to keep "
+                "them, or delete with ?discard_waiting=true to drop them."
+            )
+        with transaction.atomic():
+            audit.record(
+                actor=request.auth,
+                action=AuditEntry.Action.ENDPOINT_DELETED,
+                via=API,
+                tenant=endpoint.tenant,
+                target=f"endpoint {endpoint.pk}",
+                old={"url": endpoint.url},
+                discarded_waiting=waiting,
+            )
+            endpoint.delete()
+        return Response(status=204)
+
+
+class EndpointDisable(APIView):
+    @extend_schema(
+        operation_id="endpoints_disable",
+        request=DisableIn,
+        responses={200: EndpointOut, **errors(404, 422)},
+    )
+    def post(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """Disable: its deliveries are held, not lost, until it is enabled."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        given = DisableIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        endpoint_actions.disable_endpoint(
+            endpoint, given.validated_data["reason"], request.auth, via=API
+        )
+        endpoint.refresh_from_db()
+        return Response(endpoint_out(endpoint))
+
+
+class EndpointEnable(APIView):
+    @extend_schema(
+        operation_id="endpoints_enable", request=None, responses={200: EnabledOut, **errors(404)}
+    )
+    def post(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """Enable: held deliveries resume, in order."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        resumed = endpoint_actions.enable_endpoint(endpoint, request.auth, via=API)
+        return Response({"endpoint": endpoint_out(endpoint), "resumed": resumed})
+
+
+class SecretList(APIView):
+    @extend_schema(
+        operation_id="endpoints_secrets_list",
+        responses={200: SecretOut(many=True), **errors(404)},
+    )
+    def get(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """The active signing secrets, masked."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        return Response(
+            [_secret_out(s, plain=False) for s in endpoint_actions.active_secrets(endpoint)]
+        )
+
+
+class SecretReveal(APIView):
+    @extend_schema(
+        operation_id="endpoints_secrets_reveal",
+        request=None,
+        responses={200: SecretOut(many=True), **errors(404)},
+    )
+    def post(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """The active signing secrets in full (read-write tokens; audited)."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        shown = endpoint_actions.reveal_secrets(endpoint, request.auth, via=API)
+        return Response([_secret_out(s, plain=True) for s in shown])
+
+
+class SecretRotate(APIView):
+    @extend_schema(
+        operation_id="endpoints_secrets_rotate",
+        request=RotateIn,
+        responses={201: SecretOut, **errors(404, 422)},
+    )
+    def post(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """A new secret signs from now on, shown this once; the old ones keep signing
+        beside it for overlap_hours."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        given = RotateIn(data=request.data)
+        given.is_valid(raise_exception=True)
+        overlap = timedelta(hours=given.validated_data["overlap_hours"])
+        new = endpoint_actions.rotate_secret(endpoint, overlap, request.auth, via=API)
+        return Response(_secret_out(new, plain=True), status=201)
+
+
+class EndpointStats(APIView):
+    @extend_schema(operation_id="endpoints_stats", responses={200: StatsOut, **errors(404)})
+    def get(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """Success rate and attempt latency over the last hour and day."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        health = endpoint_health(endpoint.pk)
+        return Response({"hour": _window_out(health.hour), "day": _window_out(health.day)})
+
+
+class TestEvent(APIView):
+    @extend_schema(
+        operation_id="endpoints_test",
+        request=None,
+        responses={202: TestEventOut, **errors(404)},
+    )
+    def post(self, request: Request, key: str, endpoint_id: int) -> Response:
+        """Send one small webhook.test event to this endpoint alone."""
+        endpoint = _endpoint(request, key, endpoint_id)
+        try:
+            accepted = endpoint_actions.send_test_event(endpoint, request.auth, via=API)
+        except endpoint_actions.TooManyTestEvents as exc:
+            raise Throttled(wait=60, detail=exc.message) from exc
+        return Response({"event_id": accepted.event.id}, status=202)

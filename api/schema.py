@@ -1,0 +1,58 @@
+"""What the OpenAPI document says beyond what drf-spectacular infers: every error an
+operation can give, as a problem (api.problems), so that a client generated from the
+document, and schemathesis, expect exactly what the API answers."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiResponse
+
+from api.problems import MEDIA_TYPE, Problem
+
+ERROR_TEXT = {
+    400: "The request could not be read (not JSON, a bad header).",
+    401: "No token, or a token that is not valid.",
+    403: "The token may not do this (read-only, publish-only, or not an operator's).",
+    404: "Nothing with this key or id that the token may see.",
+    405: "The method is not allowed here.",
+    409: "The request conflicts with the current state.",
+    415: "The body is not JSON.",
+    422: "The fields listed in errors are wrong.",
+    429: "Too many requests: wait Retry-After seconds.",
+    503: "The database is unavailable: retry after Retry-After seconds.",
+}
+# Every operation can answer these: no token, a throttled token, a database away.
+ALWAYS = (400, 401, 403, 405, 415, 429, 503)
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """The `responses` entries for `codes` and the ones every operation can give."""
+    return {
+        code: OpenApiResponse(Problem, description=ERROR_TEXT[code])
+        for code in sorted({*ALWAYS, *codes})
+    }
+
+
+def problems_as_problem_json(result: dict, generator, request, public) -> dict:
+    """drf-spectacular's POSTPROCESSING_HOOKS: error answers are application/problem+json."""
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            for code, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if not str(code).startswith(("4", "5")) or not content:
+                    continue
+                schema = next(iter(content.values()))["schema"]
+                response["content"] = {MEDIA_TYPE: {"schema": schema}}
+    return result
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Registered on import (api.apps): the document's bearerAuth security scheme."""
+
+    target_class = "api.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: object) -> dict:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token (whp_…): `manage.py create_api_token` or the admin.",
+        }
