@@ -15,7 +15,9 @@ class Command(BaseCommand):
         whose.add_argument("--operator", action="store_true", help="A token for every tenant.")
         whose.add_argument("--tenant", metavar="KEY", help="A token for this tenant alone.")
         parser.add_argument("--read-only", action="store_true", help="List and read only.")
-        parser.add_argument("--name", default="", help="What the token is for (shown in the admin).")
+        parser.add_argument(
+            "--name", default="", help="What the token is for (shown in the admin)."
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         tenant = None
@@ -24,9 +26,7 @@ class Command(BaseCommand):
             if tenant is None:
                 raise CommandError(f"No tenant has the key {options['tenant']!r}.")
         access = ApiToken.Access.READ if options["read_only"] else ApiToken.Access.WRITE
-        name = options["name"] or (
-            f"{tenant.key} ({access})" if tenant else f"operator ({access})"
-        )
+        name = options["name"] or (f"{tenant.key} ({access})" if tenant else f"operator ({access})")
         token, plain = ApiToken.issue(name[:100], tenant=tenant, access=access)
         self.stderr.write(f"Created {token}; copy it now, it is not shown again:")
         self.stdout.write(plain)
