@@ -4,15 +4,8 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 
-from api import endpoints, problems, tenants
-
-KEY = r"(?P<key>[^/]+)"
-ENDPOINT = rf"{KEY}/endpoints/(?P<endpoint_id>[0-9]{{1,18}})"
-
-
-def tenant_route(pattern: str, view, name: str):
-    return re_path(rf"^api/v1/tenants/{pattern}$", view.as_view(), name=name)
-
+from api import endpoints, event_types, messages, portal_links, problems, replays, tenants
+from api.routes import ENDPOINT, KEY, tenant_route
 
 urlpatterns = [
     path(
@@ -44,6 +37,10 @@ urlpatterns = [
     tenant_route(rf"{ENDPOINT}/secrets/rotate", endpoints.SecretRotate, "api-secrets-rotate"),
     tenant_route(rf"{ENDPOINT}/stats", endpoints.EndpointStats, "api-endpoint-stats"),
     tenant_route(rf"{ENDPOINT}/test", endpoints.TestEvent, "api-endpoint-test"),
+    *messages.urlpatterns,
+    *replays.urlpatterns,
+    *portal_links.urlpatterns,
+    *event_types.urlpatterns,
 ]
 
 # Last: any other path under /api/v1/ is a problem, not the site's HTML 404 page.

@@ -1,0 +1,3 @@
+"""Placeholder: routes land here."""
+
+urlpatterns: list = []
