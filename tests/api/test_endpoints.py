@@ -1,0 +1,207 @@
+"""Endpoints through the API: the portal's rules (SSRF check, audit, held deliveries
+resume), caps within what a tenant may set, secrets shown once and masked after."""
+
+import pytest
+
+from delivery.models import Attempt, Delivery
+from delivery.scheduler import get_scheduler
+from ingest.publish import publish
+from tenants.models import AuditEntry, Endpoint
+from tests.api.helpers import Api, operator_token, tenant_token
+from tests.factories import make_endpoint, make_tenant
+from webhooks.models import ApiToken
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HOOK = "http://127.0.0.1:9/hook"
+
+
+@pytest.fixture
+def acme():
+    return make_tenant("acme")
+
+
+@pytest.fixture
+def loopback_allowed(settings):
+    settings.ALLOW_PRIVATE_DESTINATIONS = True
+
+
+def test_create_answers_the_secret_once_and_lists_it_masked_after(acme, loopback_allowed) -> None:
+    api = Api(tenant_token(acme))
+    made = api.post(
+        "/api/v1/tenants/acme/endpoints",
+        {"url": HOOK, "event_types": ["order.created", "order.paid", "order.created"]},
+    )
+    assert made.status_code == 201, made.json()
+    body = made.json()
+    assert body["secret"].startswith("whsec_")
+    assert body["event_types"] == ["order.created", "order.paid"]
+    endpoint = Endpoint.objects.get(pk=body["id"])
+    assert endpoint.tenant == acme and endpoint.secrets.get().secret == body["secret"]
+    listed = api.get(f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/secrets").json()
+    assert len(listed) == 1 and body["secret"] not in listed[0]["secret"]
+    assert "…" in listed[0]["secret"]
+    revealed = api.post(f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/secrets/reveal")
+    assert revealed.json()[0]["secret"] == body["secret"]
+    actions = list(
+        AuditEntry.objects.filter(tenant=acme).order_by("id").values_list("action", "via")
+    )
+    assert actions == [
+        (AuditEntry.Action.ENDPOINT_CREATED, "api"),
+        (AuditEntry.Action.SECRET_REVEALED, "api"),
+    ]
+
+
+def test_the_ssrf_guard_refuses_private_addresses_by_default(acme) -> None:
+    api = Api(operator_token())
+    answer = api.post("/api/v1/tenants/acme/endpoints", {"url": HOOK})
+    assert answer.status_code == 422
+    assert answer.json()["errors"][0]["field"] == "url"
+    assert not Endpoint.objects.exists()
+
+
+def test_a_tenant_token_sets_caps_only_within_the_operators_limits(
+    acme, loopback_allowed, settings
+) -> None:
+    settings.API_TENANT_MAX_IN_FLIGHT = 10
+    tenant_api, operator_api = Api(tenant_token(acme)), Api(operator_token())
+    endpoint = make_endpoint(acme, HOOK)
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
+    too_many = tenant_api.patch(path, {"max_in_flight": 50, "rate_limit_per_second": None})
+    assert too_many.status_code == 422
+    fields = {error["field"] for error in too_many.json()["errors"]}
+    assert fields == {"max_in_flight", "rate_limit_per_second"}
+    assert tenant_api.patch(path, {"max_in_flight": 10}).json()["max_in_flight"] == 10
+    assert operator_api.patch(path, {"max_in_flight": 50}).json()["max_in_flight"] == 50
+    endpoint.refresh_from_db()
+    assert endpoint.max_in_flight == 50
+    # The retry cap can never exceed the cap, whoever asks.
+    worse = operator_api.patch(path, {"retry_max_in_flight": 60})
+    assert worse.status_code == 422
+    changed = AuditEntry.objects.filter(action=AuditEntry.Action.ENDPOINT_CHANGED)
+    assert [entry.detail["new"] for entry in changed.order_by("id")] == [
+        {"max_in_flight": 10},
+        {"max_in_flight": 50},
+    ]
+
+
+def test_disable_holds_deliveries_and_enable_resumes_them(acme, loopback_allowed) -> None:
+    api = Api(tenant_token(acme))
+    endpoint = make_endpoint(acme, HOOK)
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
+    assert api.post(f"{path}/disable", {}).status_code == 422  # the reason is required
+    disabled = api.post(f"{path}/disable", {"reason": "maintenance window"})
+    assert disabled.status_code == 200
+    assert disabled.json()["enabled"] is False
+    assert "maintenance window" in disabled.json()["disabled_reason"]
+    for index in range(3):
+        publish(acme, "order.created", {"n": index})
+    assert set(Delivery.objects.values_list("status", flat=True)) == {Delivery.Status.HELD}
+    enabled = api.post(f"{path}/enable")
+    assert enabled.json()["resumed"] == 3
+    assert enabled.json()["endpoint"]["enabled"] is True
+    assert set(Delivery.objects.values_list("status", flat=True)) == {Delivery.Status.PENDING}
+    assert get_scheduler().snapshot().fresh_depth == 3
+
+
+def test_rotation_answers_the_new_secret_and_keeps_the_old_one_signing(
+    acme, loopback_allowed
+) -> None:
+    api = Api(tenant_token(acme))
+    endpoint = make_endpoint(acme, HOOK)
+    old = endpoint.secrets.get()
+    rotated = api.post(
+        f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/secrets/rotate", {"overlap_hours": 2}
+    )
+    assert rotated.status_code == 201
+    assert rotated.json()["secret"].startswith("whsec_")
+    old.refresh_from_db()
+    assert old.expires_at is not None and old.is_active()
+    listed = api.get(f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/secrets").json()
+    assert len(listed) == 2
+    refused = api.post(
+        f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/secrets/rotate", {"overlap_hours": 0}
+    )
+    assert refused.status_code == 422
+
+
+def test_a_read_only_token_reads_but_neither_reveals_nor_changes(acme) -> None:
+    endpoint = make_endpoint(acme, HOOK)
+    api = Api(tenant_token(acme, access=ApiToken.Access.READ))
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
+    assert api.get(path).status_code == 200
+    assert api.post(f"{path}/secrets/reveal").status_code == 403
+    assert api.patch(path, {"description": "x"}).status_code == 403
+    assert api.delete(path).status_code == 403
+    assert api.post(f"{path}/disable", {"reason": "x"}).status_code == 403
+    endpoint.refresh_from_db()
+    assert endpoint.enabled and endpoint.description == ""
+    assert not AuditEntry.objects.exists()
+
+
+def test_deleting_an_endpoint_with_waiting_work_asks_first(acme) -> None:
+    endpoint = make_endpoint(acme, HOOK)
+    publish(acme, "order.created", {})
+    api = Api(operator_token())
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
+    refused = api.delete(path)
+    assert refused.status_code == 409
+    assert "1 deliveries still wait" in refused.json()["detail"]
+    assert Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert api.delete(f"{path}?discard_waiting=true").status_code == 204
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.ENDPOINT_DELETED)
+    assert entry.detail["discarded_waiting"] == 1
+    assert api.get(path).status_code == 404
+
+
+def test_stats_count_the_endpoints_recent_attempts(acme) -> None:
+    endpoint = make_endpoint(acme, HOOK)
+    publish(acme, "order.created", {})
+    delivery = Delivery.objects.get()
+    for number, (outcome, ms) in enumerate(
+        [("delivered", 10), ("delivered", 30), ("retry", 200)], start=1
+    ):
+        Attempt.objects.create(
+            delivery=delivery, endpoint=endpoint, number=number, outcome=outcome, duration_ms=ms
+        )
+    stats = Api(operator_token()).get(f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/stats")
+    hour = stats.json()["hour"]
+    assert (hour["attempts"], hour["delivered"], hour["p50_ms"], hour["p95_ms"]) == (3, 2, 30, 200)
+    assert hour["success_rate"] == pytest.approx(2 / 3)
+
+
+def test_another_tenants_endpoint_is_not_found_by_any_route(acme) -> None:
+    other = make_tenant("other")
+    theirs = make_endpoint(other, HOOK)
+    api = Api(tenant_token(acme))
+    for path in (
+        f"/api/v1/tenants/acme/endpoints/{theirs.pk}",
+        f"/api/v1/tenants/other/endpoints/{theirs.pk}",
+    ):
+        assert api.get(path).status_code == 404
+        assert api.patch(path, {"description": "mine now"}).status_code == 404
+        assert api.post(f"{path}/secrets/reveal").status_code == 404
+        assert api.delete(path).status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.description == "" and not AuditEntry.objects.exists()
+
+
+def test_endpoints_are_paged_in_creation_order(acme) -> None:
+    made = [make_endpoint(acme, f"{HOOK}/{index}").pk for index in range(5)]
+    api = Api(operator_token())
+    first = api.get("/api/v1/tenants/acme/endpoints?limit=2").json()
+    second = api.get(f"/api/v1/tenants/acme/endpoints?limit=2&cursor={first['next_cursor']}")
+    third = api.get(
+        f"/api/v1/tenants/acme/endpoints?limit=2&cursor={second.json()['next_cursor']}"
+    ).json()
+    ids = [e["id"] for page in (first, second.json(), third) for e in page["data"]]
+    assert ids == made and third["next_cursor"] is None
+
+
+def test_test_events_are_limited_per_endpoint(acme) -> None:
+    endpoint = make_endpoint(acme, HOOK)
+    api = Api(tenant_token(acme))
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/test"
+    answers = [api.post(path).status_code for _ in range(11)]
+    assert answers == [202] * 10 + [429]
+    assert Delivery.objects.filter(endpoint=endpoint).count() == 10
