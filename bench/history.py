@@ -16,6 +16,8 @@ must contain "bench"): `big` gets --rows delivered deliveries (0.2% dead) of the
 * the admin's event, delivery and attempt lists, with their filters and searches, as an
   operator opens them (Django's test client, a superuser): best of 3 after a warm-up
   each; `admin_list_ms_10m` is the slowest page;
+* the management API's lists and pages (an operator token), timed the same way, and a
+  message page reached 20 cursors deep; `api_list_ms_10m` is the slowest;
 * `prune_day_s`: retention (delivery.upkeep.retention.drop_partitions) dropping the oldest day
   of history, putting back its dead letters (kept 90 days): the seconds that took.
 
@@ -268,6 +270,58 @@ def phase_admin() -> dict:
     return {"pages_ms": timings}
 
 
+def phase_api() -> dict:
+    """The management API's lists and pages as an operator's product calls them (an
+    operator token): best of 3 after a warm-up, like the admin's, plus a page reached by
+    walking cursors 20 pages deep (keyset: it must cost what the first does)."""
+    from django.test import Client
+
+    from delivery.models import Delivery
+    from webhooks.models import ApiToken, Event
+
+    token = ApiToken.issue("bench-api")[1]
+    client = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {token}")
+    event = Event.objects.order_by("-id")[2000]
+    delivery = Delivery.objects.filter(event=event).first()
+    key, endpoint = event.tenant.key, delivery.endpoint_id
+    base = f"/api/v1/tenants/{key}"
+    dead = Delivery.objects.filter(status="dead").first()
+    pages = {
+        "tenants": "/api/v1/tenants",
+        "endpoints": f"{base}/endpoints",
+        "messages": f"{base}/messages",
+        "messages_type": f"{base}/messages?event_type={event.event_type}",
+        "messages_dead": f"{base}/messages?status=dead",
+        "messages_endpoint": f"{base}/messages?endpoint={endpoint}",
+        "messages_id": f"{base}/messages?id={event.pk}",
+        "message": f"{base}/messages/{event.pk}",
+        "attempts": f"{base}/endpoints/{endpoint}/attempts",
+        "attempts_failed": f"{base}/endpoints/{endpoint}/attempts?outcome=failed",
+        "delivery": f"{base}/deliveries/{delivery.pk}",
+        "dead_letter": f"/api/v1/tenants/{dead.tenant.key}/deliveries/{dead.pk}",
+        "replays": f"{base}/replays",
+    }
+
+    def best_of(url: str) -> float:
+        best = None
+        for round_ in range(4):
+            started = time.perf_counter()
+            response = client.get(url)
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                raise SystemExit(f"{url}: HTTP {response.status_code} {response.content[:300]}")
+            if round_ and (best is None or elapsed < best):
+                best = elapsed
+        return round(best, 1)
+
+    timings = {name: best_of(url) for name, url in pages.items()}
+    cursor = ""
+    for _ in range(20):
+        cursor = client.get(f"{base}/messages?limit=100&cursor={cursor}").json()["next_cursor"]
+    timings["messages_page_21"] = best_of(f"{base}/messages?limit=100&cursor={cursor}")
+    return {"pages_ms": timings}
+
+
 def phase_prune() -> dict:
     """Drop the oldest day of history, as the sweep's retention would on its day."""
     from django.conf import settings
@@ -304,7 +358,7 @@ def main() -> None:
     )
     parser.add_argument("--reuse", action="store_true", help="keep a big database already loaded")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--phase", choices=["load", "record", "admin", "prune"])
+    parser.add_argument("--phase", choices=["load", "record", "admin", "api", "prune"])
     args = parser.parse_args()
 
     if args.phase:
@@ -313,6 +367,7 @@ def main() -> None:
             "load": lambda: phase_load(args.rows, args.days),
             "record": lambda: phase_record(args.record),
             "admin": phase_admin,
+            "api": phase_api,
             "prune": phase_prune,
         }[args.phase]()
         print(json.dumps(result))
@@ -334,6 +389,7 @@ def main() -> None:
                 _run_phase(url, "record", "--record", str(args.record))["deliveries_per_s"]
             )
     admin = _run_phase(big, "admin")["pages_ms"]
+    api = _run_phase(big, "api")["pages_ms"]
     prune = _run_phase(big, "prune")
     history = _exists_with_rows(big)
     result = {
@@ -345,6 +401,8 @@ def main() -> None:
         ),
         "admin_pages_ms": admin,
         "admin_list_ms_10m": max(admin.values()),
+        "api_pages_ms": api,
+        "api_list_ms_10m": max(api.values()),
         "prune_day_s": prune["prune_day_s"],
     }
     if args.json:
@@ -356,6 +414,9 @@ def main() -> None:
     for name, ms in admin.items():
         print(f"  admin {name:<26} {ms:8.1f} ms")
     print(f"admin_list_ms_10m {result['admin_list_ms_10m']}")
+    for name, ms in api.items():
+        print(f"  api {name:<28} {ms:8.1f} ms")
+    print(f"api_list_ms_10m {result['api_list_ms_10m']}")
     print(f"prune_day_s {result['prune_day_s']} ({prune['partition']})")
 
 
