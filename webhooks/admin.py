@@ -182,6 +182,12 @@ class ApiTokenAdmin(admin.ModelAdmin):
     search_fields = ["name", "prefix"]
     fields = ["name", "tenant", "access", "is_active", "prefix", "created_at", "last_used_at"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request, queryset) -> None:
+        count = queryset.filter(is_active=True).update(is_active=False)
+        messages.success(request, f"{count} token{'s' if count != 1 else ''} revoked.")
 
     def save_model(self, request, obj: ApiToken, form, change: bool) -> None:
         if change:

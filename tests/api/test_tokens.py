@@ -124,3 +124,25 @@ def test_endpoints_made_through_the_api_deliver_like_any_other(settings) -> None
     made = Api(token).post("/api/v1/tenants/acme/endpoints", {"url": "http://127.0.0.1:9/new"})
     assert made.status_code == 201
     assert _publish(token).json()["deliveries"] == 2
+
+
+def test_the_admin_makes_a_token_shown_once_and_revokes_it(client) -> None:
+    from django.contrib.auth.models import User
+
+    acme = make_tenant("acme")
+    client.force_login(User.objects.create_superuser("root", "r@example.com", "pw"))
+    made = client.post(
+        "/admin/webhooks/apitoken/add/",
+        {"name": "ci", "tenant": acme.pk, "access": "read", "is_active": "on"},
+        follow=True,
+    )
+    shown = [str(message) for message in made.context["messages"]]
+    plain = next(word for text in shown for word in text.split() if word.startswith("whp_"))
+    token = ApiToken.objects.get()
+    assert (token.tenant, token.access, token.token_hash) == (acme, "read", hash_token(plain))
+    assert Api(plain).get("/api/v1/tenants/acme").status_code == 200
+    client.post(
+        "/admin/webhooks/apitoken/",
+        {"action": "revoke", "_selected_action": [token.pk]},
+    )
+    assert Api(plain).get("/api/v1/tenants/acme").status_code == 401
