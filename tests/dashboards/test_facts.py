@@ -25,8 +25,9 @@ from delivery.scheduler import Scheduler, install_scheduler, reset_scheduler
 from delivery.upkeep.maintenance import rebuild_schedule
 from ingest.publish import publish
 from tenants.models import Endpoint
+from tests.api.helpers import Api
 from tests.factories import make_endpoint, make_tenant
-from webhooks.models import Event
+from webhooks.models import ApiToken, Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OVERVIEW_COLUMNS = ["fresh", "retry", "delayed", "held", "in_flight"]
@@ -123,7 +124,15 @@ def figures(client, scheduler, tenant) -> dict:
         if event
         else ""
     )
+    api = Api(ApiToken.issue("facts", access=ApiToken.Access.READ)[1])
+    api_tenant = api.get(f"/api/v1/tenants/{tenant.key}").json()
+    api_stats = {
+        endpoint.pk: api.get(f"/api/v1/tenants/{tenant.key}/endpoints/{endpoint.pk}/stats").json()
+        for endpoint in Endpoint.objects.filter(tenant=tenant)
+    }
     return {
+        "api": api_tenant,
+        "api_stats": api_stats,
         "endpoints": _endpoint_rows(endpoints),
         "event": event,
         "message": message,
@@ -169,6 +178,15 @@ def assert_agree(seen: dict) -> None:
         backlog["in_flight"],
     )
     assert (shown["held"], shown["dead letter"]) == (backlog["held"], backlog["dead"])
+    # The management API says what the tenant's page says.
+    told = seen["api"]["status"]
+    assert told["code"] == seen["status"]["status"]["code"]
+    assert told["queued"] == backlog["fresh"] + backlog["retry"]
+    assert (told["in_flight"], told["retries_due_later"]) == (
+        backlog["in_flight"],
+        backlog["delayed"],
+    )
+    assert (told["held"], told["dead"]) == (backlog["held"], backlog["dead"])
     # The overview lists the tenant with the same counts.
     if seen["overview"] is not None:
         assert seen["overview"] == {name: backlog[name] for name in OVERVIEW_COLUMNS}
@@ -198,6 +216,8 @@ def assert_agree(seen: dict) -> None:
         shown = seen["endpoints"][endpoint.pk]
         assert shown["hour"] == shown["day"] == (delivered, attempts.count()), shown
         assert shown["failures_in_a_row"] == endpoint.consecutive_failures
+        hour = seen["api_stats"][endpoint.pk]["hour"]
+        assert (hour["delivered"], hour["attempts"]) == (delivered, attempts.count())
     # The event's page: each delivery's status and every attempt made.
     if seen["event"] is not None:
         facts = re.sub(r"\s+", " ", seen["message"])
