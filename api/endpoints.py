@@ -197,7 +197,7 @@ class RotateIn(StrictSerializer):
     )
 
 
-class WindowOut(serializers.Serializer):
+class HealthWindowOut(serializers.Serializer):
     attempts = serializers.IntegerField()
     delivered = serializers.IntegerField()
     success_rate = serializers.FloatField(allow_null=True)
@@ -207,8 +207,8 @@ class WindowOut(serializers.Serializer):
 
 
 class StatsOut(serializers.Serializer):
-    hour = WindowOut()
-    day = WindowOut()
+    hour = HealthWindowOut()
+    day = HealthWindowOut()
 
 
 class TestEventOut(serializers.Serializer):
