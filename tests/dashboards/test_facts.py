@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboards.messages import STATUS_WORDS
 from delivery.models import Attempt, Delivery
 from delivery.replays import window as replay_window
 from delivery.replays.window import Window
@@ -130,8 +131,12 @@ def figures(client, scheduler, tenant) -> dict:
         endpoint.pk: api.get(f"/api/v1/tenants/{tenant.key}/endpoints/{endpoint.pk}/stats").json()
         for endpoint in Endpoint.objects.filter(tenant=tenant)
     }
+    api_message = (
+        api.get(f"/api/v1/tenants/{tenant.key}/messages/{event.pk}").json() if event else None
+    )
     return {
         "api": api_tenant,
+        "api_message": api_message,
         "api_stats": api_stats,
         "endpoints": _endpoint_rows(endpoints),
         "event": event,
@@ -225,6 +230,9 @@ def assert_agree(seen: dict) -> None:
             made = Attempt.objects.filter(delivery=delivery).count()
             assert f'<dd class="mono">{delivery.pk}</dd> <dt>Attempts</dt><dd>{made}' in facts
             assert delivery.get_status_display() in facts
+            told = next(d for d in seen["api_message"]["deliveries"] if d["id"] == delivery.pk)
+            assert told["status"] == STATUS_WORDS[delivery.status]
+            assert len(told["attempt_log"]) == made
 
 
 def test_a_paced_flood(operator, later) -> None:
