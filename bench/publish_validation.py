@@ -1,10 +1,13 @@
 """CPU per event of the publish API's validation: our `ingest.publish.validate` against a
-Django Form with the same fields, side by side in one process. A script, not a test:
+Django Form with the same fields, side by side in one process; and what an enforced
+event type schema adds (webhooks.models.EventType). A script, not a test:
 
     .venv/bin/python bench/publish_validation.py [--events 2000] [--rounds 3]
 
 Why it exists: the publish API validates each event of a batch by hand rather than with
-a Form. This measures what a Form would cost per event (docs/BENCHMARKS.md).
+a Form. This measures what a Form would cost per event (docs/BENCHMARKS.md), what
+checking a small payload against a small enforced schema costs on top, and the batch's
+one catalogue read (ingest.catalogue), with its validator kept and with it compiled.
 """
 
 import argparse
@@ -39,21 +42,42 @@ def main() -> None:
     from django import forms
     from django.core.management import call_command
 
+    from ingest import catalogue
     from ingest.publish import tenants_by_key, validate
     from tenants.models import Tenant
+    from webhooks.models import EventType
 
     call_command("migrate", verbosity=0)
     Tenant.objects.bulk_create([Tenant(key="acme")])  # bulk: no post_save, no Redis
-    items = [
-        {
-            "tenant": "acme",
-            "event_type": "orders/create",
-            "payload": {"id": i, "items": [1, 2, 3], "note": "x" * 200},
-            "idempotency_key": f"key-{i}",
-        }
-        for i in range(args.events)
-    ]
+    EventType.objects.create(
+        name="orders/checked",
+        enforce_schema=True,
+        schema={
+            "type": "object",
+            "properties": {
+                "id": {"type": "integer"},
+                "items": {"type": "array", "items": {"type": "integer"}},
+                "note": {"type": "string", "maxLength": 1000},
+            },
+            "required": ["id", "items"],
+        },
+    )
+
+    def events_of(event_type: str) -> list[dict]:
+        return [
+            {
+                "tenant": "acme",
+                "event_type": event_type,
+                "payload": {"id": i, "items": [1, 2, 3], "note": "x" * 200},
+                "idempotency_key": f"key-{i}",
+            }
+            for i in range(args.events)
+        ]
+
+    items = events_of("orders/create")  # not in the catalogue: nothing to check
+    checked_items = events_of("orders/checked")
     tenants = tenants_by_key(items)
+    checked_tenants = tenants_by_key(checked_items)
 
     class AnyJson(forms.Field):
         def to_python(self, value: object) -> object:
@@ -81,18 +105,43 @@ def main() -> None:
     def by_hand(item: dict) -> object:
         return validate(item, tenants=tenants)
 
+    def with_schema(item: dict) -> object:
+        return validate(item, tenants=checked_tenants)
+
+    def catalogue_read(keep: bool) -> float:
+        """CPU of one batch's catalogue read, in microseconds (median of 50)."""
+        times = []
+        for _ in range(50):
+            if not keep:
+                catalogue.clear()
+            started = time.process_time()
+            catalogue.catalogue_for(["orders/checked"])
+            times.append(time.process_time() - started)
+        return sorted(times)[len(times) // 2] * 1e6
+
+    runs = (
+        ("validate", by_hand, items),
+        ("schema", with_schema, checked_items),
+        ("form", with_form, items),
+    )
     for round_number in range(1, args.rounds + 1):
         figures = {}
-        for name, check in (("validate", by_hand), ("form", with_form)):
+        for name, check, batch in runs:
             started = time.process_time()
-            for item in items:
+            for item in batch:
                 check(item)
-            figures[name] = (time.process_time() - started) / len(items) * 1e6
+            figures[name] = (time.process_time() - started) / len(batch) * 1e6
         print(
             f"round {round_number}: validate {figures['validate']:.1f} µs, "
+            f"with an enforced schema {figures['schema']:.1f} µs "
+            f"(+{figures['schema'] - figures['validate']:.1f}), "
             f"Form {figures['form']:.1f} µs CPU per event; "
             f"Form / validate {figures['form'] / figures['validate']:.1f}x"
         )
+    print(
+        f"catalogue read per batch: {catalogue_read(keep=True):.0f} µs with the validator "
+        f"kept, {catalogue_read(keep=False):.0f} µs reading and compiling it"
+    )
 
 
 if __name__ == "__main__":

@@ -2,12 +2,19 @@
 
 `publish()` is for in-process producers; the HTTP API (ingest/api.py) validates and
 calls the same code. Events are persisted, then enqueued on commit.
+
+The event type catalogue (webhooks.models.EventType, read through ingest.catalogue)
+applies here: a type whose schema is enforced refuses a payload that does not match it,
+and with EVENT_TYPES_REQUIRE_CATALOGUE a type not catalogued (or archived) is refused.
 """
 
 import json
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from ingest.accept import Accepted, accept, accept_many, accept_to
+from ingest.catalogue import Catalogue, catalogue_for
 from tenants.models import Endpoint, Tenant
 
 MAX_EVENT_TYPE_LENGTH = 200
@@ -36,15 +43,41 @@ class PublishRequest:
     idempotency_key: str | None
 
 
-def tenants_by_key(items: list[object]) -> dict[str, Tenant]:
-    """The tenants a batch names, in one query (for `validate(..., tenants=...)`)."""
+class BatchLookups(dict[str, Tenant]):
+    """The tenants a batch names, by key, and the catalogue entries of the event types it
+    names (`catalogue`): what `validate` reads for every event of a batch, read once."""
+
+    def __init__(self, tenants: dict[str, Tenant], catalogue: Catalogue) -> None:
+        super().__init__(tenants)
+        self.catalogue = catalogue
+
+
+def tenants_by_key(items: list[object]) -> BatchLookups:
+    """What a batch names, in one query for its tenants and one for its event types (for
+    `validate(..., tenants=...)`)."""
     keys = {
         item["tenant"].strip()
         for item in items
         if isinstance(item, dict) and isinstance(item.get("tenant"), str)
     }
     keys = {key for key in keys if _printable(key)}
-    return {tenant.key: tenant for tenant in Tenant.objects.filter(key__in=keys)} if keys else {}
+    tenants = {tenant.key: tenant for tenant in Tenant.objects.filter(key__in=keys)} if keys else {}
+    types = [item.get("event_type") for item in items if isinstance(item, dict)]
+    return BatchLookups(tenants, catalogue_for(types))
+
+
+def _check_catalogue(
+    event_type: str, payload: object, catalogue: Catalogue | None, prefix: str
+) -> None:
+    if catalogue is None:
+        catalogue = catalogue_for([event_type])  # one event alone: its own query
+    entry = catalogue.get(event_type)
+    if settings.EVENT_TYPES_REQUIRE_CATALOGUE and (entry is None or entry.archived):
+        state = "not in the event type catalogue" if entry is None else "archived"
+        raise PublishError(f"{prefix}event_type", f"{event_type[:100]!r} is {state}")
+    problem = entry.check(payload) if entry is not None and entry.check is not None else None
+    if problem is not None:
+        raise PublishError(f"{prefix}payload", problem)
 
 
 def validate(
@@ -53,11 +86,14 @@ def validate(
     allowed_tenant: Tenant | None = None,
     prefix: str = "",
     tenants: dict[str, Tenant] | None = None,
+    use_catalogue: bool = True,
 ) -> PublishRequest:
     """Check one event's fields; a token bound to a tenant sees other tenants as unknown.
 
     `tenants`, when given, holds every tenant the caller may name (from `tenants_by_key`),
-    so validating a batch costs one query rather than one per event.
+    so validating a batch costs one query rather than one per event; the catalogue
+    entries it carries do the same for event types. `use_catalogue=False` leaves the
+    catalogue out (the platform's own test events).
     """
     if not isinstance(raw, dict):
         raise PublishError(prefix or "body", "expected a JSON object")
@@ -98,6 +134,9 @@ def validate(
         payload = json.dumps(raw["payload"], separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         raise PublishError(f"{prefix}payload", f"not serializable as JSON: {exc}") from exc
+    if use_catalogue:
+        catalogue = tenants.catalogue if isinstance(tenants, BatchLookups) else None
+        _check_catalogue(event_type.strip(), raw["payload"], catalogue, prefix)
     return PublishRequest(tenant, event_type.strip(), payload, idempotency_key)
 
 
@@ -132,12 +171,16 @@ def publish(
 def publish_to_endpoint(endpoint: Endpoint, event_type: str, payload: object) -> Accepted:
     """Publish one event of the endpoint's tenant to that endpoint alone, whatever its
     event-type filter (a "send a test event" button): validated like any event and
-    queued in the tenant's lane, but never fanned out to the tenant's other endpoints."""
+    queued in the tenant's lane, but never fanned out to the tenant's other endpoints.
+    The catalogue does not apply: the test event's type and payload are the platform's,
+    not a publisher's, and a catalogue that must list every type would otherwise break
+    the button."""
     if endpoint.tenant_id is None:
         raise PublishError("endpoint", "a shared destination has no tenant to publish for")
     request = validate(
         {"tenant": endpoint.tenant.key, "event_type": event_type, "payload": payload},
         allowed_tenant=endpoint.tenant,
+        use_catalogue=False,
     )
     return accept_to([endpoint], **_accept_kwargs(request))
 

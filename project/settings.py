@@ -362,3 +362,5 @@ API_TENANT_MAX_TIMEOUT_SECONDS = env_int(
 PORTAL_LINK_SECONDS = env_int("PORTAL_LINK_SECONDS", 300, minimum=10, maximum=86_400)
 # Origins allowed to frame the tenant portal (CSP frame-ancestors); empty: none may.
 PORTAL_FRAME_ANCESTORS = env_list("PORTAL_FRAME_ANCESTORS", [])
+# True: publishing a type not in the catalogue (or archived) is a 422 naming "event_type".
+EVENT_TYPES_REQUIRE_CATALOGUE = env_bool("EVENT_TYPES_REQUIRE_CATALOGUE", False)

@@ -1,4 +1,5 @@
-"""Sources, events and API tokens in the admin. Events are evidence: read-only."""
+"""Sources, events, API tokens and the event type catalogue in the admin. Events are
+evidence: read-only."""
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -13,7 +14,7 @@ from tenants.admin import MaskedSecretInline
 from tenants.admin_filters import TenantKeyFilter
 from webhooks import key_hygiene
 from webhooks.admin_payload import PayloadFilter, search_payload
-from webhooks.models import ApiToken, Event, Source, SourceSecret
+from webhooks.models import ApiToken, Event, EventType, Source, SourceSecret
 
 
 class SourceSecretInline(MaskedSecretInline):
@@ -196,3 +197,28 @@ class ApiTokenAdmin(admin.ModelAdmin):
         token, plain = ApiToken.issue(obj.name, tenant=obj.tenant, access=obj.access)
         obj.pk, obj.prefix, obj.token_hash = token.pk, token.prefix, token.token_hash
         messages.warning(request, f"Copy this token now, it will not be shown again: {plain}")
+
+
+@admin.register(EventType)
+class EventTypeAdmin(admin.ModelAdmin):
+    """The model's clean() checks the schema and the example; archive a type rather than
+    delete it, so that the catalogue still says what old events meant."""
+
+    list_display = ["name", "enforce_schema", "archived", "updated_at"]
+    list_filter = ["archived", "enforce_schema"]
+    search_fields = ["name", "description"]
+    fields = [
+        "name",
+        "description",
+        "schema",
+        "example",
+        "enforce_schema",
+        "archived",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj: EventType | None = None) -> list[str]:
+        # Publishers send the name: renaming would refuse (or stop checking) their events.
+        return [*self.readonly_fields, "name"] if obj is not None else self.readonly_fields

@@ -3,11 +3,13 @@
 import hashlib
 import secrets
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
 from core.ids import new_ulid
 from tenants.models import Endpoint, Tenant, mask_secret, validate_standard_webhooks_secret
+from webhooks.event_schemas import SchemaProblem, compile_schema, first_error
 from webhooks.fairness_key import validate_location
 
 
@@ -246,3 +248,64 @@ class ApiToken(models.Model):
             name=name, prefix=plain[:8], token_hash=hash_token(plain), tenant=tenant, access=access
         )
         return token, plain
+
+
+def validate_event_type_name(value: str) -> None:
+    """A name publishers can send and endpoints can filter on: publishing strips the
+    type, so surrounding spaces would never match, and endpoints' filters are lists
+    separated by commas."""
+    if not value or value != value.strip() or not value.isprintable() or "," in value:
+        raise ValidationError("Printable text without commas and without spaces at either end.")
+
+
+class EventType(models.Model):
+    """An entry of the event type catalogue, platform-wide: a type publishers send, what
+    it means and, optionally, the JSON Schema of its payloads (webhooks.event_schemas).
+
+    Publishing keeps each schema's compiled validator for as long as `updated_at` is
+    unchanged (ingest.catalogue): change rows with save(), as the admin and the API do,
+    not with QuerySet.update(), which leaves `updated_at` as it was."""
+
+    name = models.CharField(max_length=200, unique=True, validators=[validate_event_type_name])
+    description = models.TextField(blank=True)
+    schema = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A JSON Schema (Draft 2020-12 unless its $schema says otherwise) that "
+        "payloads of this type follow. Empty: no schema.",
+    )
+    example = models.JSONField(
+        null=True, blank=True, help_text="An example payload; it must match the schema."
+    )
+    enforce_schema = models.BooleanField(
+        default=False,
+        help_text="Refuse (422) a published payload that does not match the schema.",
+    )
+    archived = models.BooleanField(
+        default=False,
+        help_text="No longer in use. With EVENT_TYPES_REQUIRE_CATALOGUE, no longer publishable.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.schema is not None:
+            try:
+                validator = compile_schema(self.schema)
+            except SchemaProblem as exc:
+                errors["schema"] = f"Not a usable JSON Schema: {exc}"
+            else:
+                problem = None if self.example is None else first_error(validator, self.example)
+                if problem is not None:
+                    errors["example"] = f"Does not match the schema: {problem}"
+        elif self.enforce_schema:
+            errors["enforce_schema"] = "There is no schema to enforce."
+        if errors:
+            raise ValidationError(errors)
