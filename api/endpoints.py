@@ -24,7 +24,7 @@ from api.idempotency import idempotent
 from api.problems import Conflict
 from api.schema import errors
 from api.scope import one, tenant_for
-from api.strict import StrictSerializer
+from api.strict import RoundedDecimalField, StrictSerializer
 from core.netguard import validate_destination_url
 from dashboards import endpoint_actions
 from dashboards.endpoint_forms import (
@@ -116,7 +116,7 @@ class EndpointChange(StrictSerializer):
     )
     max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     retry_max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
-    rate_limit_per_second = serializers.DecimalField(
+    rate_limit_per_second = RoundedDecimalField(
         max_digits=9,
         decimal_places=3,
         min_value=Decimal("0.001"),
@@ -240,6 +240,12 @@ def _endpoint(request: Request, key: str, endpoint_id: int) -> Endpoint:
     return one(Endpoint.objects.filter(tenant=tenant), "endpoint", pk=endpoint_id)
 
 
+def _as_audited(value: object) -> object:
+    """A rate as the audit trail can store it: its detail is JSON, which has no decimals
+    (and a Decimal there fails the save). The field takes the text back as it was."""
+    return str(value) if isinstance(value, Decimal) else value
+
+
 def _valid(serializer_class, request: Request, endpoint: Endpoint | None = None) -> dict:
     given = serializer_class(
         data=request.data,
@@ -291,9 +297,11 @@ class EndpointDetail(APIView):
     def patch(self, request: Request, key: str, endpoint_id: int) -> Response:
         endpoint = _endpoint(request, key, endpoint_id)
         data = _valid(EndpointChange, request, endpoint)
+        for name in CHANGEABLE:  # as compared and audited: old and new alike
+            setattr(endpoint, name, _as_audited(getattr(endpoint, name)))
         before = {name: getattr(endpoint, name) for name in CHANGEABLE}
         for name, value in data.items():
-            setattr(endpoint, name, value)
+            setattr(endpoint, name, _as_audited(value))
         endpoint_actions.change_endpoint(endpoint, before, request.auth, via=API, fields=CHANGEABLE)
         return Response(endpoint_out(endpoint))
 

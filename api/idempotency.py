@@ -6,6 +6,7 @@ Only successes are kept: a refused request may be corrected and sent with the sa
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -23,10 +24,13 @@ from api.problems import Conflict, Unprocessable
 HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255
 EXPIRED_DELETED_PER_REQUEST = 100
+# Visible ASCII, spaces only inside (HTTP drops them at either end): what a UUID or any
+# generated key is, and a rule the document can state exactly.
+KEY_PATTERN = r"^[!-~]([ -~]*[!-~])?$"
 
 PARAMETER = OpenApiParameter(
     HEADER,
-    str,
+    {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS, "pattern": KEY_PATTERN},
     location=OpenApiParameter.HEADER,
     description="Send the same key again to get the first answer, not a second act (kept "
     "API_IDEMPOTENCY_HOURS, 24 by default).",
@@ -61,8 +65,10 @@ def idempotent(post: Callable[..., Response]) -> Callable[..., Response]:
         key = request.headers.get(HEADER)
         if key is None:
             return post(view, request, *args, **kwargs)
-        if not key.strip() or len(key) > MAX_KEY_CHARS or not key.isprintable():
-            raise ValidationError({HEADER: [f"1 to {MAX_KEY_CHARS} printable characters."]})
+        if len(key) > MAX_KEY_CHARS or not re.fullmatch(KEY_PATTERN, key):
+            raise ValidationError(
+                {HEADER: [f"1 to {MAX_KEY_CHARS} visible ASCII characters (spaces inside)."]}
+            )
         earlier = _claim(request, key)
         if earlier is not None:
             if earlier.fingerprint != _fingerprint(request):

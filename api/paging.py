@@ -9,6 +9,7 @@ columns, opaque to callers (base64url of JSON), and checked when it comes back.
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,13 +26,20 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 250
 MAX_CURSOR_CHARS = 512
 BAD_CURSOR = "Not a cursor this list gave out; start again without one."
+# Unpadded base64url, as _encode writes it: base64 would skip any other character, so a
+# cursor with one appended would otherwise still be read.
+CURSOR_ALPHABET = "[A-Za-z0-9_-]"
 
 PARAMETERS = [
     OpenApiParameter(
-        "cursor", str, description="next_cursor of the previous page; empty for the first."
+        "cursor",
+        {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": f"^{CURSOR_ALPHABET}*$"},
+        description="next_cursor of the previous page; empty for the first.",
     ),
     OpenApiParameter(
-        "limit", int, description=f"Items per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})."
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+        description=f"Items per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}).",
     ),
 ]
 
@@ -53,7 +61,8 @@ def limit_of(request: Request) -> int:
     raw = request.query_params.get("limit")
     if raw in (None, ""):
         return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    # isascii: "²" is a digit to str.isdigit() and not a number to int().
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
         raise ValidationError({"limit": [f"A whole number from 1 to {MAX_LIMIT}."]})
     return int(raw)
 
@@ -65,7 +74,7 @@ def _encode(values: list[Any]) -> str:
 
 def _decode(cursor: str, model: type[Model], columns: Sequence[str]) -> list[Any]:
     try:
-        if len(cursor) > MAX_CURSOR_CHARS:
+        if len(cursor) > MAX_CURSOR_CHARS or not re.fullmatch(f"{CURSOR_ALPHABET}+", cursor):
             raise ValueError
         raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if not isinstance(raw, list) or len(raw) != len(columns):

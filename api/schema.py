@@ -2,8 +2,10 @@
 operation can give, as a problem (api.problems), so that a client generated from the
 document, and schemathesis, expect exactly what the API answers."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from django.core.validators import ProhibitNullCharactersValidator
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
 
 from api.problems import MEDIA_TYPE, Problem
 
@@ -56,3 +58,32 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "An API token (whp_…): `manage.py create_api_token` or the admin.",
         }
+
+
+class StrictBodies(OpenApiSerializerExtension):
+    """Registered on import (api.apps): a request body read by an api.strict serializer
+    says additionalProperties: false, since an unknown field is a 422, not ignored, and
+    its text fields say what DRF refuses in any text: the NUL character."""
+
+    target_class = "api.strict.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction: str) -> dict:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        properties = schema.get("properties", {})
+        for name, field in self.target.fields.items():
+            shown = properties.get(name)
+            if isinstance(field, serializers.ListField) and shown is not None:
+                field, shown = field.child, shown.get("items")
+            if _refuses_nul(field) and shown is not None and "pattern" not in shown:
+                shown["pattern"] = NO_NUL
+        return {**schema, "additionalProperties": False}
+
+
+NO_NUL = "^[^\\x00]*$"
+
+
+def _refuses_nul(field: serializers.Field) -> bool:
+    return isinstance(field, serializers.CharField) and any(
+        isinstance(validator, ProhibitNullCharactersValidator) for validator in field.validators
+    )

@@ -17,7 +17,7 @@ from api.idempotency import idempotent
 from api.problems import Conflict
 from api.schema import errors
 from api.scope import tenant_for, tenants_visible
-from api.strict import StrictSerializer
+from api.strict import RoundedDecimalField, StrictSerializer
 from dashboards import status
 from tenants import audit, operations
 from tenants.models import WEIGHT_CHOICES, AuditEntry, Tenant
@@ -57,7 +57,7 @@ class TenantOut(serializers.Serializer):
 class TenantChange(StrictSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     weight = serializers.ChoiceField(choices=WEIGHTS, required=False)
-    rate_limit_per_second = serializers.DecimalField(
+    rate_limit_per_second = RoundedDecimalField(
         max_digits=9,
         decimal_places=3,
         min_value=Decimal(0),
