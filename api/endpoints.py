@@ -24,7 +24,7 @@ from api.idempotency import idempotent
 from api.problems import Conflict
 from api.schema import errors
 from api.scope import one, tenant_for
-from api.strict import RoundedDecimalField, StrictSerializer
+from api.strict import RoundedDecimalField, StrictSerializer, query_flag
 from core.netguard import validate_destination_url
 from dashboards import endpoint_actions
 from dashboards.endpoint_forms import (
@@ -321,11 +321,12 @@ class EndpointDetail(APIView):
         """Delete the endpoint and its delivery history. Refused (409) while deliveries
         wait for it, unless discard_waiting=true: disable it instead to keep them."""
         endpoint = _endpoint(request, key, endpoint_id)
+        discard_waiting = query_flag(request, "discard_waiting")
         waiting = Delivery.objects.filter(
             endpoint=endpoint,
             status__in=[*Delivery.OPEN_STATUSES, Delivery.Status.HELD],
         ).count()
-        if waiting and request.query_params.get("discard_waiting") != "true":
+        if waiting and not discard_waiting:
             raise Conflict(
                 f"{waiting} deliveries still wait for this endpoint. Disable it to keep "
                 "them, or delete with ?discard_waiting=true to drop them."

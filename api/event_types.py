@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.urls import re_path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,15 +27,13 @@ from api.idempotency import PARAMETER as IDEMPOTENCY_KEY
 from api.idempotency import idempotent
 from api.problems import Conflict
 from api.schema import errors
-from api.strict import StrictSerializer
+from api.strict import StrictSerializer, query_flag
 from webhooks.models import EventType, validate_event_type_name
 
 MAX_NAME_CHARS = EventType._meta.get_field("name").max_length
 MAX_DESCRIPTION_CHARS = 10_000
 CHANGEABLE = ("description", "schema", "example", "enforce_schema", "archived")
 NOT_FOUND = "No event type has this name."
-BOOLEANS = {"true": True, "false": False, "": False}
-
 INCLUDE_ARCHIVED = OpenApiParameter(
     "include_archived", bool, description="List archived types too (default false)."
 )
@@ -117,11 +115,8 @@ class EventTypeList(APIView):
     )
     def get(self, request: Request) -> Response:
         """The catalogue by name; archived types only with include_archived=true."""
-        raw = request.query_params.get("include_archived", "")
-        if raw not in BOOLEANS:
-            raise ValidationError({"include_archived": ["true or false."]})
         types = EventType.objects.all()
-        if not BOOLEANS[raw]:
+        if not query_flag(request, "include_archived"):
             types = types.filter(archived=False)
         shown = paging.page(types, request, ["name"], descending=False)
         return Response(shown.answer(_out))

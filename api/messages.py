@@ -25,7 +25,7 @@ from api.idempotency import PARAMETER as IDEMPOTENCY_KEY
 from api.idempotency import idempotent
 from api.problems import Conflict
 from api.routes import ENDPOINT, KEY, ULID, tenant_route
-from api.schema import errors
+from api.schema import NO_NUL, errors
 from api.scope import one, tenant_for
 from dashboards import message_detail, messages
 from delivery.models import Attempt, Delivery
@@ -35,6 +35,9 @@ from tenants.models import AuditEntry, Endpoint, Tenant
 from webhooks.models import Event
 
 API = AuditEntry.Via.API
+# Crockford's base 32, either case.
+EVENT_ID_PATTERN = r"^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$"
+MAX_EVENT_TYPE_CHARS = 200
 MAX_ID = 2**63 - 1  # the largest id a bigint column holds: beyond it names nothing
 
 
@@ -52,23 +55,22 @@ def _word(status: str) -> str:
 class MessageFilters(serializers.Serializer):
     """The list's query parameters (cursor and limit are api.paging's)."""
 
-    event_type = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    status = serializers.ChoiceField(
-        choices=list(messages.STATUS_FILTERS), required=False, allow_blank=True
+    event_type = serializers.CharField(
+        max_length=MAX_EVENT_TYPE_CHARS, required=False, trim_whitespace=False
     )
+    status = serializers.ChoiceField(choices=list(messages.STATUS_FILTERS), required=False)
     endpoint = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     since = serializers.DateTimeField(required=False)
     until = serializers.DateTimeField(required=False)
-    id = serializers.CharField(max_length=26, required=False, allow_blank=True)
-
-    def validate_event_type(self, value: str) -> str:
-        return value.strip()
+    id = serializers.RegexField(
+        EVENT_ID_PATTERN,
+        required=False,
+        trim_whitespace=False,
+        error_messages={"invalid": "An event id is 26 letters and digits (a ULID)."},
+    )
 
     def validate_id(self, value: str) -> str:
-        value = value.strip().upper()
-        if value and not messages.ULID_RE.match(value):
-            raise serializers.ValidationError("An event id is 26 letters and digits (a ULID).")
-        return value
+        return value.upper()
 
     def validate_endpoint(self, value: int) -> Endpoint:
         found = Endpoint.objects.filter(tenant=self.context["tenant"], pk=value).first()
@@ -84,22 +86,23 @@ class MessageFilters(serializers.Serializer):
 
 
 class AttemptFilters(serializers.Serializer):
-    outcome = serializers.ChoiceField(
-        choices=Attempt.Outcome.values, required=False, allow_blank=True
-    )
+    outcome = serializers.ChoiceField(choices=Attempt.Outcome.values, required=False)
 
 
 def _query(serializer_class: type[serializers.Serializer], request: Request, **context) -> dict:
-    """The request's query parameters, checked: a wrong one is a 422 naming it. An empty
-    one is left out, as the portal's filter form does ("status=" is any status)."""
-    present = {name: value for name, value in request.query_params.items() if value != ""}
-    given = serializer_class(data=present, context=context)
+    """The request's query parameters, checked: a wrong one is a 422 naming it, and so is
+    an empty one (a filter is left out, not sent empty), as the document says."""
+    given = serializer_class(data=request.query_params.dict(), context=context)
     given.is_valid(raise_exception=True)
     return given.validated_data
 
 
 MESSAGE_PARAMETERS = [
-    OpenApiParameter("event_type", str, description="Only events of this type."),
+    OpenApiParameter(
+        "event_type",
+        {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE_CHARS, "pattern": NO_NUL},
+        description="Only events of this type.",
+    ),
     OpenApiParameter(
         "status",
         str,
@@ -118,7 +121,11 @@ MESSAGE_PARAMETERS = [
     OpenApiParameter(
         "until", OpenApiTypes.DATETIME, description="Received at or before (ISO 8601)."
     ),
-    OpenApiParameter("id", str, description="Only the event with this id."),
+    OpenApiParameter(
+        "id",
+        {"type": "string", "pattern": EVENT_ID_PATTERN},
+        description="Only the event with this id (a ULID, either case).",
+    ),
     *paging.PARAMETERS,
 ]
 ATTEMPT_PARAMETERS = [

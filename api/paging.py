@@ -59,7 +59,7 @@ def page_of(item: type[serializers.Serializer], name: str) -> serializers.Serial
 
 def limit_of(request: Request) -> int:
     raw = request.query_params.get("limit")
-    if raw in (None, ""):
+    if raw is None:
         return DEFAULT_LIMIT
     # isascii: "²" is a digit to str.isdigit() and not a number to int().
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:

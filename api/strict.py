@@ -10,6 +10,7 @@ for JSON numbers."""
 from decimal import ROUND_HALF_UP, Decimal
 
 from rest_framework import serializers
+from rest_framework.request import Request
 
 
 class StrictSerializer(serializers.Serializer):
@@ -88,3 +89,17 @@ class RoundedDecimalField(serializers.DecimalField):
         _, digits, exponent = value.as_tuple()
         if self.max_whole_digits is not None and len(digits) + exponent > self.max_whole_digits:
             self.fail("max_whole_digits", max_whole_digits=self.max_whole_digits)
+
+
+QUERY_BOOLEANS = {"true": True, "false": False}
+
+
+def query_flag(request: Request, name: str) -> bool:
+    """A boolean query parameter as the document states it: absent is false, and only
+    "true" or "false" are values (a 422 names anything else, "" and "1" too)."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return False
+    if raw not in QUERY_BOOLEANS:
+        raise serializers.ValidationError({name: ['"true" or "false".']})
+    return QUERY_BOOLEANS[raw]

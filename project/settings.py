@@ -362,5 +362,10 @@ API_TENANT_MAX_TIMEOUT_SECONDS = env_int(
 PORTAL_LINK_SECONDS = env_int("PORTAL_LINK_SECONDS", 300, minimum=10, maximum=86_400)
 # Origins allowed to frame the tenant portal (CSP frame-ancestors); empty: none may.
 PORTAL_FRAME_ANCESTORS = env_list("PORTAL_FRAME_ANCESTORS", [])
+# A framed portal is a third-party context: its cookies must be sent cross-site, which
+# browsers allow only for SameSite=None cookies that are also Secure. Django's CSRF
+# token still guards every form.
+if PORTAL_FRAME_ANCESTORS:
+    SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "None"
 # True: publishing a type not in the catalogue (or archived) is a 422 naming "event_type".
 EVENT_TYPES_REQUIRE_CATALOGUE = env_bool("EVENT_TYPES_REQUIRE_CATALOGUE", False)

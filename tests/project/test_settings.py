@@ -146,3 +146,25 @@ def test_manage_py_starts_the_embedded_redis_and_stops_what_it_started(tmp_path)
     assert result.stdout.splitlines()[-1] == "True"  # it ran while the command did
     assert (var_dir / "secret_key").exists()
     assert not embedded_redis.is_running(var_dir / "redis")  # and was stopped after
+
+
+def test_a_portal_others_may_frame_sends_its_cookies_cross_site() -> None:
+    show = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.SESSION_COOKIE_SAMESITE, settings.CSRF_COOKIE_SAMESITE)"
+    )
+
+    def samesite(**env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", show],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert samesite(PORTAL_FRAME_ANCESTORS="") == "Lax Lax"
+    assert samesite(PORTAL_FRAME_ANCESTORS="https://app.example") == "None None"
