@@ -18,6 +18,9 @@ from core import redis_connection
 
 logger = logging.getLogger(__name__)
 KEY = redis_connection.KEY_PREFIX + "api:rate:"  # + token id + ":" + minute
+# An outage is logged once a minute per process, not once per request.
+WARN_EVERY_SECONDS = 60.0
+_warned_at = [float("-inf")]
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -38,7 +41,9 @@ class TokenRateThrottle(BaseThrottle):
             pipe.expire(key, 120)
             used = pipe.execute()[0]
         except redis.RedisError:
-            logger.warning("API rate limit not enforced: Redis did not answer", exc_info=True)
+            if now - _warned_at[0] >= WARN_EVERY_SECONDS:
+                _warned_at[0] = now
+                logger.warning("API rate limit not enforced: Redis did not answer", exc_info=True)
             return True
         if used <= limit:
             return True

@@ -128,9 +128,21 @@ def filtered_events(tenant: Tenant, filters: dict) -> QuerySet[Event]:
         # UNFINISHED is implied by the status; spelled out so that SQLite's planner, which
         # cannot prove it, uses the partial index too (PostgreSQL's can).
         return events.filter(pk__in=matching.filter(UNFINISHED).values("event_id"))
-    # Delivered, pending and held match most recent events (a backlog is new events), so
-    # walk the events newest first and probe Delivery's event index for each.
-    return events.filter(Exists(matching.filter(event=OuterRef("pk"))))
+    # Delivered, pending and held match most recent events (a backlog is new events), and
+    # an endpoint is one of few of its tenant's: walk the events newest first and probe
+    # Delivery's event index for each.
+    return events.filter(ProbedPerRow(matching.filter(event=OuterRef("pk"))))
+
+
+class ProbedPerRow(Exists):
+    """EXISTS that PostgreSQL runs for each outer row, in the outer row's order, and never
+    turns into a join: an OFFSET keeps the planner from pulling the subquery up. Pulled
+    up, a filter whose rows it underestimates (tenant and endpoint, which it takes for
+    independent; a day partition not yet analyzed) became a scan of every partition of
+    deliveries to hash, where walking the newest events and probing each reads a few
+    index pages (docs/BENCHMARKS.md)."""
+
+    template = "EXISTS(%(subquery)s OFFSET 0)"
 
 
 # --- keyset pagination ---------------------------------------------------------------------

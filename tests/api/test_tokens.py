@@ -3,11 +3,15 @@ Idempotency-Key gives the first answer again; each token has a budget per minute
 
 import io
 import json
+import logging
+import socket
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from api import throttling
 from api.models import IdempotentRequest
+from core import redis_connection
 from tenants.models import Tenant
 from tests.api.helpers import Api, operator_token
 from tests.factories import make_endpoint, make_tenant
@@ -146,3 +150,25 @@ def test_the_admin_makes_a_token_shown_once_and_revokes_it(client) -> None:
         {"action": "revoke", "_selected_action": [token.pk]},
     )
     assert Api(plain).get("/api/v1/tenants/acme").status_code == 401
+
+
+def test_without_redis_the_budget_is_not_enforced_and_the_outage_is_logged_once(
+    settings, caplog
+) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.API_RATE_LIMIT_PER_MINUTE = 1
+    throttling._warned_at[0] = float("-inf")
+    redis_connection.forget()
+    try:
+        api = Api(operator_token())
+        with caplog.at_level(logging.WARNING, logger="api.throttling"):
+            answers = [api.get("/api/v1/event-types").status_code for _ in range(3)]
+    finally:
+        redis_connection.forget()
+    assert answers == [200, 200, 200]
+    warned = [r for r in caplog.records if r.name == "api.throttling"]
+    assert len(warned) == 1
+    assert "not enforced" in warned[0].getMessage()
