@@ -28,6 +28,8 @@ from api.idempotency import idempotent
 from api.problems import Conflict
 from api.schema import errors
 from api.strict import StrictSerializer, query_flag
+from tenants import audit
+from tenants.models import AuditEntry
 from webhooks.models import EventType, validate_event_type_name
 
 MAX_NAME_CHARS = EventType._meta.get_field("name").max_length
@@ -140,9 +142,21 @@ class EventTypeList(APIView):
         try:
             with transaction.atomic():
                 event_type.save()
+                _audit(request, AuditEntry.Action.EVENT_TYPE_CREATED, event_type)
         except IntegrityError as exc:
             raise Conflict("An event type with this name exists already.") from exc
         return Response(_out(event_type), status=201)
+
+
+def _audit(request: Request, action: str, event_type: EventType, **detail: object) -> None:
+    audit.record(
+        actor=request.auth,
+        action=action,
+        via=AuditEntry.Via.API,
+        tenant=None,  # the catalogue is the platform's
+        target=f"event type {event_type.name}",
+        **detail,
+    )
 
 
 class EventTypeDetail(APIView):
@@ -175,6 +189,8 @@ class EventTypeDetail(APIView):
             if changed:
                 event_type.full_clean(validate_unique=False)
                 event_type.save(update_fields=[*changed, "updated_at"])
+                # Names of what changed, not the values: a schema can be long.
+                _audit(request, AuditEntry.Action.EVENT_TYPE_CHANGED, event_type, fields=changed)
         return Response(_out(event_type))
 
     @extend_schema(
@@ -194,6 +210,7 @@ class EventTypeDetail(APIView):
             if not event_type.archived:
                 event_type.archived = True
                 event_type.save(update_fields=["archived", "updated_at"])
+                _audit(request, AuditEntry.Action.EVENT_TYPE_ARCHIVED, event_type)
         return Response(status=204)
 
 

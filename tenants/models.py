@@ -318,6 +318,9 @@ class AuditEntry(models.Model):
         ENDPOINT_DELETED = "endpoint.deleted", "Endpoint deleted"
         PORTAL_LINK_CREATED = "portal_link.created", "Portal link created"
         PORTAL_LINK_USED = "portal_link.used", "Portal link used"
+        EVENT_TYPE_CREATED = "event_type.created", "Event type created"
+        EVENT_TYPE_CHANGED = "event_type.changed", "Event type changed"
+        EVENT_TYPE_ARCHIVED = "event_type.archived", "Event type archived"
 
     class Via(models.TextChoices):
         ADMIN = "admin", "Admin"

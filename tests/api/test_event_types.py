@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from ingest import catalogue
 from ingest.publish import publish_to_endpoint
+from tenants.models import AuditEntry
 from tests.api.helpers import Api, operator_token, tenant_token
 from tests.factories import make_endpoint, make_tenant
 from webhooks.models import ApiToken, Event, EventType
@@ -99,6 +100,22 @@ def test_an_operator_creates_reads_changes_and_archives_a_type(operator) -> None
 
     back = operator.patch("/api/v1/event-types/order.created", {"archived": False})
     assert back.json()["archived"] is False
+
+
+def test_every_change_to_the_catalogue_is_audited_once(operator) -> None:
+    path = "/api/v1/event-types/order.created"
+    operator.post("/api/v1/event-types", {"name": "order.created", "schema": ORDER_SCHEMA})
+    operator.patch(path, {"description": "Placed.", "enforce_schema": True})
+    operator.patch(path, {"description": "Placed."})  # nothing changes: nothing recorded
+    operator.delete(path)
+    operator.delete(path)  # archived already
+    entries = AuditEntry.objects.order_by("pk")
+    assert [(e.action, e.via, e.tenant_id, e.target) for e in entries] == [
+        (action, "api", None, "event type order.created")
+        for action in ("event_type.created", "event_type.changed", "event_type.archived")
+    ]
+    assert entries[1].detail == {"fields": ["description", "enforce_schema"]}
+    assert all(entry.actor_name.startswith("API token") for entry in entries)
 
 
 def test_a_taken_name_is_a_conflict_and_a_missing_one_is_not_found(operator) -> None:
