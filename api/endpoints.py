@@ -258,7 +258,7 @@ def _valid(serializer_class, request: Request, endpoint: Endpoint | None = None)
 class EndpointList(APIView):
     @extend_schema(
         operation_id="endpoints_list",
-        parameters=paging.PARAMETERS,
+        parameters=paging.parameters(Endpoint, ["pk"]),
         responses={200: paging.page_of(EndpointOut, "Endpoint"), **errors(404, 422)},
     )
     def get(self, request: Request, key: str) -> Response:

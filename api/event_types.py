@@ -112,7 +112,7 @@ def _named(name: str, *, for_update: bool = False) -> EventType:
 class EventTypeList(APIView):
     @extend_schema(
         operation_id="event_types_list",
-        parameters=[*paging.PARAMETERS, INCLUDE_ARCHIVED],
+        parameters=[*paging.parameters(EventType, ["name"]), INCLUDE_ARCHIVED],
         responses={200: paging.page_of(EventTypeOut, "EventType"), **errors(422)},
     )
     def get(self, request: Request) -> Response:

@@ -97,6 +97,8 @@ def _query(serializer_class: type[serializers.Serializer], request: Request, **c
     return given.validated_data
 
 
+MESSAGE_ORDER = ["received_at", "pk"]  # newest first
+ATTEMPT_ORDER = ["started_at", "pk"]
 MESSAGE_PARAMETERS = [
     OpenApiParameter(
         "event_type",
@@ -111,7 +113,7 @@ MESSAGE_PARAMETERS = [
     ),
     OpenApiParameter(
         "endpoint",
-        int,
+        {"type": "integer", "minimum": 1, "maximum": MAX_ID},
         description="Only events with a delivery to this endpoint of the tenant (with "
         "status: the same delivery matches both).",
     ),
@@ -126,13 +128,13 @@ MESSAGE_PARAMETERS = [
         {"type": "string", "pattern": EVENT_ID_PATTERN},
         description="Only the event with this id (a ULID, either case).",
     ),
-    *paging.PARAMETERS,
+    *paging.parameters(Event, MESSAGE_ORDER),
 ]
 ATTEMPT_PARAMETERS = [
     OpenApiParameter(
         "outcome", str, enum=Attempt.Outcome.values, description="Only attempts with this outcome."
     ),
-    *paging.PARAMETERS,
+    *paging.parameters(Attempt, ATTEMPT_ORDER),
 ]
 
 
@@ -332,7 +334,7 @@ class MessageList(APIView):
         filters = {**given, "event_id": given.get("id", "")}
         # Payloads and headers stay in the database: a list shows neither.
         events = messages.filtered_events(tenant, filters).defer("payload", "headers")
-        shown = paging.page(events, request, ["received_at", "pk"])
+        shown = paging.page(events, request, MESSAGE_ORDER)
         found = messages.Page(shown.rows)
         messages.attach_deliveries(tenant, found)
         return Response(
@@ -375,7 +377,7 @@ class EndpointAttempts(APIView):
         )
         if outcome:
             attempts = attempts.filter(outcome=outcome)
-        shown = paging.page(attempts, request, ["started_at", "pk"])
+        shown = paging.page(attempts, request, ATTEMPT_ORDER)
         return Response(
             shown.answer(
                 lambda attempt: {

@@ -177,7 +177,7 @@ class ReplayPreview(APIView):
 class ReplayList(APIView):
     @extend_schema(
         operation_id="replays_list",
-        parameters=paging.PARAMETERS,
+        parameters=paging.parameters(ReplayJob, ["pk"]),
         responses={200: paging.page_of(ReplayOut, "Replay"), **errors(404, 422)},
     )
     def get(self, request: Request, key: str) -> Response:

@@ -147,7 +147,7 @@ def _apply(tenant: Tenant, changes: dict, actor) -> None:
 class TenantList(APIView):
     @extend_schema(
         operation_id="tenants_list",
-        parameters=paging.PARAMETERS,
+        parameters=paging.parameters(Tenant, ["key"]),
         responses={200: paging.page_of(TenantOut, "Tenant"), **errors(422)},
     )
     def get(self, request: Request) -> Response:

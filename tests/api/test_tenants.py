@@ -100,7 +100,7 @@ def test_tenants_are_paged_by_key_without_gaps_or_repeats(operator) -> None:
         if cursor is None:
             break
     assert seen == [f"shop-{index}" for index in range(7)]
-    bad = operator.get("/api/v1/tenants?cursor=not-ours")
+    bad = operator.get("/api/v1/tenants?cursor=nul%00")
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["field"] == "cursor"
 
