@@ -73,16 +73,11 @@ class MessageFilters(serializers.Serializer):
         return value.upper()
 
     def validate_endpoint(self, value: int) -> Endpoint:
-        found = Endpoint.objects.filter(tenant=self.context["tenant"], pk=value).first()
-        if found is None:
-            raise serializers.ValidationError("Not one of this tenant's endpoints.")
-        return found
+        # A 404, as for any route naming another tenant's endpoint: the id is well formed,
+        # and names nothing this token may see.
+        return one(Endpoint.objects.filter(tenant=self.context["tenant"]), "endpoint", pk=value)
 
-    def validate(self, data: dict) -> dict:
-        since, until = data.get("since"), data.get("until")
-        if since and until and since > until:
-            raise serializers.ValidationError({"since": ["Must not be after until."]})
-        return data
+    # A window that ends before it starts is not refused: it holds no events.
 
 
 class AttemptFilters(serializers.Serializer):
@@ -115,7 +110,7 @@ MESSAGE_PARAMETERS = [
         "endpoint",
         {"type": "integer", "minimum": 1, "maximum": MAX_ID},
         description="Only events with a delivery to this endpoint of the tenant (with "
-        "status: the same delivery matches both).",
+        "status: the same delivery matches both); 404 if the tenant has no such endpoint.",
     ),
     OpenApiParameter(
         "since", OpenApiTypes.DATETIME, description="Received at or after (ISO 8601)."

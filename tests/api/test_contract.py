@@ -77,8 +77,6 @@ SEMANTIC_FIELDS: dict[str, set[str]] = {
     # Not before 1970, until after since, and the endpoint one of the tenant's.
     "replays_create": {"since", "until", "endpoint_id"},
     "replays_preview": {"since", "until", "endpoint_id"},
-    # A filter by another tenant's endpoint, or a window that ends before it starts.
-    "messages_list": {"endpoint", "since", "until"},
     # The name's characters; a schema that compiles; an example that matches it; and
     # enforce_schema only with a schema.
     "event_types_create": {"name", "schema", "example", "enforce_schema"},

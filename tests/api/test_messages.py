@@ -213,11 +213,9 @@ def test_pagination_keeps_the_filters(api, shop) -> None:
         ({"limit": "0"}, "limit"),
         ({"status": "lost"}, "status"),
         ({"endpoint": "abc"}, "endpoint"),
-        ({"endpoint": "999999"}, "endpoint"),
         ({"endpoint": str(2**70)}, "endpoint"),
         ({"since": "yesterday"}, "since"),
         ({"until": "2026-13-01T00:00:00Z"}, "until"),
-        ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since"),
         ({"id": "not-an-id"}, "id"),
         ({"event_type": "a\x00b"}, "event_type"),
     ],
@@ -228,11 +226,16 @@ def test_bad_filters_are_422_naming_the_parameter(api, shop, query, field) -> No
     assert fields_of(answer) == {field}
 
 
-def test_another_tenants_endpoint_is_not_a_filter(api, shop) -> None:
-    answer = api.get(messages_url({"endpoint": shop["b_hook"].pk}))
-    assert answer.status_code == 422
-    assert fields_of(answer) == {"endpoint"}
-    assert "b-hook" not in answer.content.decode()
+def test_another_tenants_endpoint_is_not_found_like_one_that_does_not_exist(api, shop) -> None:
+    theirs = api.get(messages_url({"endpoint": shop["b_hook"].pk}))
+    nobodys = api.get(messages_url({"endpoint": 999_999}))
+    assert theirs.status_code == nobodys.status_code == 404
+    assert theirs.json()["detail"] == nobodys.json()["detail"]
+    assert "b-hook" not in theirs.content.decode()
+
+
+def test_a_window_that_ends_before_it_starts_holds_nothing(api, shop) -> None:
+    assert listed(api, since="2026-01-02T00:00:00Z", until="2026-01-01T00:00:00Z") == []
 
 
 # --- one event -----------------------------------------------------------------------------
