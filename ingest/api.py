@@ -63,6 +63,19 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """json's object_pairs_hook: an object that names a key twice is refused, where the
+    json module would keep the last value and let the first pass unseen."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _NotStrictJson(f"the key {key[:100]!r} appears twice in one object")
+            seen.add(key)
+    return found
+
+
 def parse_document(raw: bytes) -> object:
     """Strict JSON, or ValueError with a reason fit for a 400."""
     try:
@@ -70,7 +83,12 @@ def parse_document(raw: bytes) -> object:
     except UnicodeDecodeError as exc:
         raise ValueError("body is not UTF-8") from exc
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=unique_keys,
+        )
     except _NotStrictJson as exc:
         raise ValueError(f"body is not valid JSON: {exc}") from exc
     except RecursionError as exc:

@@ -69,6 +69,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # Before anything that reads the header (the After middleware below does, first).
+    "core.content_length.MalformedContentLengthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -85,6 +87,7 @@ MIDDLEWARE = [
 # run on this subset: project/machine_doors.py says why.
 MACHINE_MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "core.content_length.MalformedContentLengthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
@@ -324,7 +327,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["api.auth.TokenAccess"],
     "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.problems.handle",
     "UNAUTHENTICATED_USER": None,

@@ -131,3 +131,27 @@ def test_an_unknown_path_under_the_api_is_a_problem_not_a_page(operator) -> None
     answer = operator.get("/api/v1/no-such-thing")
     assert answer.status_code == 404
     assert answer["Content-Type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"key": "acme", "key": "other"}', "'key' appears twice"),
+        ('{"key": "acme", "weight": NaN}', "NaN"),
+        ("[" * 100_000, "nested too deeply"),
+        ('{"key": ', "not valid JSON"),
+    ],
+    ids=["duplicate-key", "nan", "deep", "cut-short"],
+)
+def test_a_body_is_read_as_strictly_as_the_publish_api_reads_one(operator, raw, reason) -> None:
+    answer = operator.client.generic(
+        "POST",
+        "/api/v1/tenants",
+        data=raw,
+        content_type="application/json",
+        headers=operator.headers,
+    )
+    assert answer.status_code == 400
+    assert answer["Content-Type"] == "application/problem+json"
+    assert reason in answer.json()["detail"]
+    assert not Tenant.objects.exists()

@@ -235,8 +235,10 @@ def test_concurrent_overlapping_batches_store_each_key_once(tenant, token) -> No
         (b'{"tenant":"caf\xe9","event_type":"x","payload":1}', "not UTF-8"),
         (b"[" * 100_000, "nested too deeply"),
         (b"", "not valid JSON"),
+        (b'{"tenant":"acme","tenant":"other","event_type":"x","payload":1}', "'tenant' appears"),
+        (b'{"tenant":"acme","event_type":"x","payload":{"a":1,"b":{"c":1,"c":2}}}', "'c' appears"),
     ],
-    ids=["nan", "infinity", "float-overflow", "latin1", "deep", "empty"],
+    ids=["nan", "infinity", "float-overflow", "latin1", "deep", "empty", "dup-key", "dup-deep"],
 )
 def test_body_must_be_strict_json(client, tenant, token, raw: bytes, reason: str) -> None:
     response = call(client, raw, token)

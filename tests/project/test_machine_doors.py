@@ -49,7 +49,7 @@ def test_the_machine_list_is_a_subset_of_the_full_one_in_the_same_order() -> Non
 
 def test_ingest_answers_through_the_light_stack_and_pages_through_the_full_one() -> None:
     app = MachineDoorsDispatcher()
-    assert settings.MIDDLEWARE[2] == "django.contrib.sessions.middleware.SessionMiddleware"
+    assert "django.contrib.sessions.middleware.SessionMiddleware" in settings.MIDDLEWARE
     source = make_source("gen", secret="k", fairness_key="body.shop", hmac_header="X-Signature")
     source.destinations.add(make_endpoint(None))
     make_tenant("s1")
@@ -64,3 +64,12 @@ def test_ingest_answers_through_the_light_stack_and_pages_through_the_full_one()
     assert "X-Frame-Options" not in call(app, "POST", "/api/v1/events")["headers"]
     page = call(app, "GET", "/admin/login/")
     assert page["status"] == 200 and page["headers"]["X-Frame-Options"] == "DENY"
+
+
+# The last: fullwidth digits, which str.isdigit() takes for digits.
+@pytest.mark.parametrize("declared", ["abc", "2, 2", "-1", "\uff11\uff12"])
+@pytest.mark.parametrize("path", ["/admin/login/", "/ingest/shop/", "/api/v1/tenants"])
+def test_a_content_length_that_is_not_a_number_is_400_on_every_stack(declared, path) -> None:
+    answer = call(MachineDoorsDispatcher(), "POST", path, b"ab", CONTENT_LENGTH=declared)
+    assert answer["status"] == 400
+    assert answer["body"] == b"Content-Length is not a number\n"
