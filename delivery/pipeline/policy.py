@@ -129,5 +129,6 @@ def _rule_for(result: HttpResult) -> tuple[_Rule, str]:
     status = result.status_code
     for codes, rule in _BY_STATUS:
         if status in codes:
-            return rule, rule.reason.format(status=status)
+            # A response's own note (a redirect's destination) says more than its code.
+            return rule, result.error or rule.reason.format(status=status)
     raise ValueError(f"a result with neither a status nor an error kind: {result!r}")

@@ -328,8 +328,26 @@ class Exchange:
         )
         return self.result
 
+    def _redirect_note(self) -> str:
+        """For a redirect, where it pointed, since it is not followed (a receiver that
+        moved is told apart from one that fails); "" for any other response."""
+        status = self.status
+        if status is None or not 300 <= status < 400:
+            return ""
+        location = self._headers.get("location", "").strip()
+        if not location:
+            return f"redirect (HTTP {status}) without a Location, not followed"
+        try:
+            host = urlsplit(location).hostname or self._host  # relative: the same host
+        except ValueError:
+            host = ""
+        if not host:
+            return f"redirect (HTTP {status}) to an unreadable Location, not followed"
+        return f"redirect to {host} not followed (HTTP {status})"
+
     def _classify(self, errno: int, message: str) -> tuple[str, str]:
-        """(error_kind, short text) for libcurl's outcome; ("", "") for a response."""
+        """(error_kind, short text) for libcurl's outcome; ("", "") for a response, or
+        ("", where it pointed) for a redirect."""
         if errno == 0:
             if self.status is None:
                 # libcurl takes a close after the status line as the end of a response
@@ -338,9 +356,10 @@ class Exchange:
                     CONNECTION,
                     "connection failed: the endpoint closed the connection mid-response",
                 )
-            return "", ""
+            return "", self._redirect_note()
         if errno == pycurl.E_WRITE_ERROR and self._capped:
-            return "", ""  # stopped at the cap by us: the response is what we wanted
+            # Stopped at the cap by us: the response is what we wanted.
+            return "", self._redirect_note()
         if self._malformed:
             return CONNECTION, f"invalid HTTP response: {self._malformed}"
         if self._refused and errno == pycurl.E_COULDNT_CONNECT:

@@ -42,6 +42,14 @@ def failure(kind: str, error: str, status: int | None = None) -> HttpResult:
         (response(302), Decision(Action.RETRY, 5.0, "redirect (HTTP 302) not followed", True)),
         (response(100), Decision(Action.RETRY, 5.0, "HTTP 100", True)),
         (
+            HttpResult(
+                302, 10, "redirect to elsewhere.example not followed (HTTP 302)", "", "", None
+            ),
+            Decision(
+                Action.RETRY, 5.0, "redirect to elsewhere.example not followed (HTTP 302)", True
+            ),
+        ),
+        (
             response(410),
             Decision(Action.DISABLE_ENDPOINT, 0.0, "HTTP 410 Gone: endpoint disabled", True),
         ),

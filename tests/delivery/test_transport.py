@@ -134,6 +134,23 @@ def test_redirect_is_not_followed(pool):
         time.sleep(0.1)  # a follow-up request would have arrived by now
         assert target.requests == []
     assert (result.status_code, result.error_kind) == (302, "")
+    assert result.error == "redirect to 127.0.0.1 not followed (HTTP 302)"
+
+
+@pytest.mark.parametrize(
+    ("reply", "note"),
+    [
+        (Reply(301, b"", {"Location": "/moved"}), "redirect to 127.0.0.1 not followed (HTTP 301)"),
+        (Reply(307, b"", {}), "redirect (HTTP 307) without a Location, not followed"),
+        (Reply(308, b"", {"Location": "http://[::1"}), "redirect (HTTP 308) to an unreadable"),
+    ],
+    ids=["relative", "no-location", "unreadable"],
+)
+def test_a_redirect_says_where_it_pointed(pool, reply, note):
+    with Recorder(reply) as endpoint:
+        result = post(pool, endpoint.url)
+    assert result.status_code == reply.status
+    assert result.error.startswith(note)
 
 
 def test_connection_refused_on_a_closed_port(pool):
