@@ -6,7 +6,6 @@ event, delivery or endpoint id is a 404; received credentials are left out and t
 signatures we sent are masked; a shared destination is named, never its URL.
 """
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -268,7 +267,7 @@ def _payload(event: Event) -> dict[str, Any]:
         try:
             if clipped:
                 raise ValueError
-            value, is_json = json.loads(raw), True
+            value, is_json = message_detail.parsed_payload(raw), True
         except ValueError:
             value = raw[: settings.INGEST_MAX_BODY_BYTES].decode("utf-8", errors="replace")
     return {

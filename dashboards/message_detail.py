@@ -18,6 +18,8 @@ from tenants.models import Endpoint, Tenant
 from webhooks.models import Event
 
 PAYLOAD_SHOWN_BYTES = 64 * 1024
+# Deeper payloads are shown as their text: laying them out recurses once per level.
+MAX_LAID_OUT_DEPTH = 200
 EXCERPT_CHARS = 2000
 # Header names that carry a signature, a secret or a credential (Shopify's
 # X-Shopify-Hmac-Sha256, GitHub's X-Hub-Signature-256, Stripe-Signature, webhook-signature,
@@ -62,11 +64,37 @@ class Payload:
     is_json: bool
 
 
+def parsed_payload(raw: bytes) -> Any:
+    """The payload as a JSON value, or ValueError when it is not JSON or is nested deeper
+    than MAX_LAID_OUT_DEPTH: a validly signed body of 10,000 nested arrays is accepted and
+    delivered as it came, but laying it out (json.dumps, a template, a renderer) would
+    recurse past Python's limit, so it is shown as the text it is."""
+    try:
+        value = json.loads(raw)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply to lay out") from exc
+    if _deeper_than(value, MAX_LAID_OUT_DEPTH):
+        raise ValueError("nested too deeply to lay out")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep, without recursing."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def payload(event: Event) -> Payload:
     """The payload pretty-printed when it is JSON, clipped at PAYLOAD_SHOWN_BYTES."""
     raw = bytes(event.payload or b"")
     try:
-        text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False, sort_keys=False)
+        text = json.dumps(parsed_payload(raw), indent=2, ensure_ascii=False, sort_keys=False)
         is_json = True
     except ValueError:
         text, is_json = raw.decode("utf-8", errors="replace"), False

@@ -310,6 +310,21 @@ def test_the_whole_payload_is_answered_and_text_stays_text(api, shop) -> None:
     assert (body["payload"], body["payload_is_json"]) == ("a=1&b=2", False)
 
 
+@pytest.mark.parametrize("depth", [10_000, 201])
+def test_a_payload_nested_too_deep_to_lay_out_is_answered_as_its_text(api, shop, depth) -> None:
+    event, shallow = shop["events"][2], shop["events"][3]
+    deep = b"[" * depth + b"]" * depth
+    Event.objects.filter(pk=event.pk).update(payload=deep)
+    Event.objects.filter(pk=shallow.pk).update(payload=b"[" * 200 + b"]" * 200)
+
+    answer = api.get(f"/api/v1/tenants/a.example/messages/{event.pk}")
+
+    assert answer.status_code == 200
+    assert (answer.json()["payload"], answer.json()["payload_is_json"]) == (deep.decode(), False)
+    laid_out = api.get(f"/api/v1/tenants/a.example/messages/{shallow.pk}").json()
+    assert laid_out["payload_is_json"] is True
+
+
 def test_a_payload_removed_by_retention_is_said_so(api, shop) -> None:
     event = shop["events"][0]
     Event.objects.filter(pk=event.pk).update(payload=b"", payload_pruned_at=timezone.now())

@@ -254,6 +254,15 @@ def test_big_payload_is_clipped_with_a_note(client, shop) -> None:
     assert body.count("x") < 70_000
 
 
+def test_a_payload_nested_too_deep_to_lay_out_is_shown_as_its_text(client, shop) -> None:
+    a, event = shop["a"], shop["events"][1]
+    Event.objects.filter(pk=event.pk).update(payload=b"[" * 10_000 + b"]" * 10_000)
+    client.force_login(member("ann", a))
+    response = client.get(reverse("tenants:message", args=[a.key, event.pk]))
+    assert response.status_code == 200
+    assert "[[[[[[[[" in response.content.decode()
+
+
 # --- isolation -----------------------------------------------------------------------------
 
 
