@@ -12,7 +12,7 @@ could make two different keys equal).
 import hashlib
 from collections.abc import Mapping
 
-from webhooks.fairness_key import HugeInteger, clean_text, duplicated
+from webhooks.fairness_key import HugeInteger, clean_text, duplicated, header_text
 from webhooks.models import Source
 
 # Header names in order of preference; the first usable one wins.
@@ -38,7 +38,8 @@ MAX_FIELD_LENGTH = 200
 def _first_header(headers: Mapping[str, str], names: list[str]) -> str | None:
     for name in names:
         value = headers.get(name)
-        if isinstance(value, str):
+        value = header_text(value) if isinstance(value, str) else None
+        if value is not None:
             text = clean_text(value, 10_000)
             if text is not None:
                 return text

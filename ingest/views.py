@@ -25,7 +25,7 @@ from ingest import config_cache, providers
 from ingest.accept import accept_to, destinations_for, load_source, resolve_tenant
 from ingest.body import BodyError, check_content_encoding, parse_body, read_limited
 from ingest.json_views import error, json_post_view
-from webhooks.fairness_key import KeyResult, clean_text, extract_key, parse_location
+from webhooks.fairness_key import KeyResult, clean_text, extract_key, header_text, parse_location
 from webhooks.models import Source
 
 logger = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ def _stored_headers(request: HttpRequest) -> dict[str, str]:
     for name, value in request.headers.items():
         if name.lower() in _DROPPED_HEADERS:
             continue
+        value = header_text(value) or value  # not UTF-8: its bytes, escaped below
         stored[name] = value if value.isprintable() else value.encode("unicode_escape").decode()
     return stored
 

@@ -155,6 +155,24 @@ def parse_json_body(raw: bytes) -> object:
 # --- reading the key ------------------------------------------------------------------------
 
 
+def header_text(value: str) -> str | None:
+    """A header value as the text its sender meant, UTF-8, or None when its bytes are not
+    UTF-8. WSGI hands each header byte over as one Latin-1 character (PEP 3333), so
+    "магазин.example" sent in UTF-8 arrives as "Ð¼Ð°Ð³..."; ASCII, nearly every value,
+    comes through unchanged. A value already holding characters past Latin-1 did not
+    come through WSGI and is taken as it is."""
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value
+    if raw.isascii():
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def clean_text(value: str, limit: int) -> str | None:
     """`value` stripped, if it is printable text within `limit` characters, else None.
 
@@ -194,7 +212,11 @@ def extract_key(
     name = location.parts[0]
     if location.kind == "header":
         lowered = {key.lower(): value for key, value in headers.items()}
-        return _scalar_to_key(lowered.get(name.lower()), f"header {name}")
+        value = lowered.get(name.lower())
+        text = header_text(value) if isinstance(value, str) else value
+        if isinstance(value, str) and text is None:
+            return KeyResult(None, f"header {name} is not UTF-8")
+        return _scalar_to_key(text, f"header {name}")
     if location.kind == "query":
         return _scalar_to_key(query.get(name), f"query parameter {name}")
     if location.kind == "path":

@@ -249,6 +249,44 @@ def test_odd_bodies_with_the_key_in_a_header_go_to_the_tenant_lane(client, body:
     assert event.tenant == tenant
 
 
+def as_wsgi_hands_it_over(text: str, encoding: str = "utf-8") -> str:
+    """A header value as a WSGI server passes it on: each byte one Latin-1 character."""
+    return text.encode(encoding).decode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("shop", "lane", "reason"),
+    [
+        (as_wsgi_hands_it_over("магазин.example"), "tenant", ""),
+        (as_wsgi_hands_it_over("café.example", "latin-1"), "fallback", "is not UTF-8"),
+    ],
+    ids=["utf-8", "latin-1"],
+)
+def test_header_values_are_read_as_utf_8(client, shop: str, lane: str, reason: str) -> None:
+    tenant = make_tenant("магазин.example")
+    source = make_source(
+        "shop", secret=KEY, scheme=Source.SHOPIFY, fairness_key="header:X-Shopify-Shop-Domain"
+    )
+    source.destinations.add(make_endpoint(None))
+    body = b'{"id": 1}'
+    response = client.generic(
+        "POST",
+        "/ingest/shop/",
+        body,
+        content_type="application/json",
+        headers={
+            "X-Shopify-Hmac-Sha256": signing.shopify(KEY, body),
+            "X-Shopify-Shop-Domain": shop,
+            "X-Shopify-Topic": as_wsgi_hands_it_over("заказы/create"),
+        },
+    )
+    event = assert_stored(response, body, lane=lane, reason=reason)
+    assert event.event_type == "заказы/create"
+    if lane == "tenant":
+        assert event.tenant == tenant
+        assert event.headers["X-Shopify-Shop-Domain"] == "магазин.example"
+
+
 def test_duplicate_type_and_id_fields_are_not_used(client) -> None:
     make_tenant("acme")
     source = make_source("st", secret="whsec_x", scheme=Source.STRIPE, fairness_key="body.account")
