@@ -6,6 +6,7 @@ clone (SQLite and an embedded Redis under var/); production sets them explicitly
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -65,6 +66,7 @@ INSTALLED_APPS = [
     "dashboards",
     "simulation",
     "api",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -80,6 +82,8 @@ MIDDLEWARE = [
     # Times in the viewer's zone (the portal's `tz` cookie); settings.TIME_ZONE otherwise.
     "dashboards.timezones.ViewerTimeZoneMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # After authentication: it answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -372,3 +376,27 @@ if PORTAL_FRAME_ANCESTORS:
     SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "None"
 # True: publishing a type not in the catalogue (or archived) is a 422 naming "event_type".
 EVENT_TYPES_REQUIRE_CATALOGUE = env_bool("EVENT_TYPES_REQUIRE_CATALOGUE", False)
+
+# Login throttling (django-axes) on every password form: the admin's and the tenant
+# portal's. After LOGIN_FAILURE_LIMIT failures for one username, or from one client
+# address, logins from there are refused (429, the lockout page) for
+# LOGIN_LOCKOUT_MINUTES, even with the right password; a success clears the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_LOCKOUT_CALLABLE = "project.lockout.locked_out"
+AXES_VERBOSE = False  # its start-up banner would print with every manage.py command
+# The client's address is REMOTE_ADDR: a header a client sets itself would let it pick a
+# fresh address per guess. Behind a proxy, LOGIN_CLIENT_IP_HEADER names the header it
+# sets (e.g. HTTP_X_FORWARDED_FOR) and LOGIN_PROXY_COUNT how many proxies add to it.
+AXES_IPWARE_META_PRECEDENCE_ORDER = [
+    *([env_str("LOGIN_CLIENT_IP_HEADER")] if env_str("LOGIN_CLIENT_IP_HEADER") else []),
+    "REMOTE_ADDR",
+]
+AXES_IPWARE_PROXY_COUNT = env_int("LOGIN_PROXY_COUNT", 0, minimum=0) or None
