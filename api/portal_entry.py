@@ -14,9 +14,12 @@ page, asking for a new link; it never says more to someone holding a bad token.
 import hashlib
 import logging
 
+from axes.handlers.proxy import AxesProxyHandler
+from axes.helpers import get_lockout_response
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.signals import user_login_failed
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -27,6 +30,7 @@ from django.views.decorators.http import require_GET
 
 from api.models import PortalLink
 from dashboards.access import frame_for_portal
+from dashboards.sign_in_limits import PORTAL_LINK_CREDENTIALS
 from tenants import audit
 from tenants.models import AuditEntry, Membership
 from webhooks.models import hash_token
@@ -96,8 +100,13 @@ def _redeem(secret: str) -> tuple[PortalLink, AbstractBaseUser] | None:
 @never_cache
 @require_GET
 def enter(request: HttpRequest, token: str) -> HttpResponse:
+    # Bad links count like wrong passwords (django-axes, by address): past the limit the
+    # landing pauses, even for a good link, whose use would otherwise tell a guesser so.
+    if AxesProxyHandler.is_locked(request, PORTAL_LINK_CREDENTIALS):
+        return frame_for_portal(get_lockout_response(request, None, PORTAL_LINK_CREDENTIALS))
     redeemed = _redeem(token)
     if redeemed is None:
+        user_login_failed.send(__name__, credentials=PORTAL_LINK_CREDENTIALS, request=request)
         response = render(request, "dashboards/portal_link_refused.html", status=403)
     else:
         link, user = redeemed

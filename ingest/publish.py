@@ -96,7 +96,7 @@ def validate(
     catalogue out (the platform's own test events).
     """
     if not isinstance(raw, dict):
-        raise PublishError(prefix or "body", "expected a JSON object")
+        raise PublishError(prefix.removesuffix(".") or "body", "expected a JSON object")
     key = raw.get("tenant")
     if not isinstance(key, str) or not key.strip():
         raise PublishError(f"{prefix}tenant", "required: the tenant's key (a non-empty string)")

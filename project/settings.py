@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from core import redis_connection
@@ -67,6 +68,11 @@ INSTALLED_APPS = [
     "simulation",
     "api",
     "axes",
+    "csp",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "project.two_factor",
 ]
 
 MIDDLEWARE = [
@@ -74,10 +80,14 @@ MIDDLEWARE = [
     # Before anything that reads the header (the After middleware below does, first).
     "core.content_length.MalformedContentLengthMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Which second factor, if any, this session verified; then the door that asks for one.
+    "django_otp.middleware.OTPMiddleware",
+    "project.two_factor.gate.RequireOperatorSecondFactor",
     "django.contrib.messages.middleware.MessageMiddleware",
     # Times in the viewer's zone (the portal's `tz` cookie); settings.TIME_ZONE otherwise.
     "dashboards.timezones.ViewerTimeZoneMiddleware",
@@ -201,7 +211,39 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Behind a TLS-terminating proxy: the header it sets to "https" (e.g. X-Forwarded-Proto),
+# so that SECURE_SSL_REDIRECT and secure cookies see the request as HTTPS.
+_PROXY_SSL_HEADER = env_str("SECURE_PROXY_SSL_HEADER", "")
+if _PROXY_SSL_HEADER:
+    if not _PROXY_SSL_HEADER.replace("-", "").replace("_", "").isalnum():
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER={_PROXY_SSL_HEADER!r} is not valid: a header name such as"
+            " X-Forwarded-Proto."
+        )
+    SECURE_PROXY_SSL_HEADER = (
+        "HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_").removeprefix("HTTP_"),
+        "https",
+    )
 X_FRAME_OPTIONS = "DENY"
+
+# Every page's Content-Security-Policy (django-csp): scripts, styles, images and fonts
+# from this site only, nothing inline (no inline <script>, <style> or style attribute
+# runs), no plug-ins, no framing, forms that post only here. A page that needs more says
+# so itself (the API reference: csp_update; a framed portal: PORTAL_FRAME_ANCESTORS).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [NONE],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "base-uri": [NONE],
+        "object-src": [NONE],
+    }
+}
 
 # --- The platform's own settings (see README.md, "Configuration") ---
 
@@ -377,17 +419,21 @@ if PORTAL_FRAME_ANCESTORS:
 # True: publishing a type not in the catalogue (or archived) is a 422 naming "event_type".
 EVENT_TYPES_REQUIRE_CATALOGUE = env_bool("EVENT_TYPES_REQUIRE_CATALOGUE", False)
 
-# Login throttling (django-axes) on every password form: the admin's and the tenant
-# portal's. After LOGIN_FAILURE_LIMIT failures for one username, or from one client
-# address, logins from there are refused (429, the lockout page) for
-# LOGIN_LOCKOUT_MINUTES, even with the right password; a success clears the count.
+# Login throttling (django-axes) on every sign-in: the admin's and the tenant portal's
+# password forms, and the portal links' landing. After LOGIN_FAILURE_LIMIT failures for
+# one username, or from one client address, logins from there are refused (429, the
+# lockout page) for LOGIN_LOCKOUT_MINUTES, even with the right password; a success clears
+# the count. Portal links count by address (dashboards/sign_in_limits.py).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=10)
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=10)
+# Bad portal links (used, expired, unknown) from one address before its landing pauses.
+PORTAL_LINK_FAILURE_LIMIT = env_int("PORTAL_LINK_FAILURE_LIMIT", 20, minimum=1, maximum=1000)
+AXES_FAILURE_LIMIT = "dashboards.sign_in_limits.failure_limit"
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = "dashboards.sign_in_limits.lockout_parameters"
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_LOCKOUT_CALLABLE = "project.lockout.locked_out"
@@ -400,3 +446,9 @@ AXES_IPWARE_META_PRECEDENCE_ORDER = [
     "REMOTE_ADDR",
 ]
 AXES_IPWARE_PROXY_COUNT = env_int("LOGIN_PROXY_COUNT", 0, minimum=0) or None
+
+# Operators' second factor (django-otp, project/two_factor/): on, staff reach nothing past
+# the password until they type a code from their authenticator app (set up at the first
+# sign-in) or a recovery code. On by default outside DEBUG; `make run`'s demo turns it off.
+ADMIN_REQUIRE_2FA = env_bool("ADMIN_REQUIRE_2FA", not DEBUG)
+OTP_TOTP_ISSUER = env_str("OTP_TOTP_ISSUER", "Fair webhooks")

@@ -8,6 +8,7 @@ from dashboards import overview as admin_overview
 from dashboards.exporter import metrics
 from ingest import api, views
 from project import rq_gate
+from project.two_factor import pages as two_factor_pages
 
 admin.site.site_header = "Fair webhooks: operations"
 admin.site.site_title = "Fair webhooks"
@@ -27,6 +28,13 @@ urlpatterns = [
     path("admin/django-rq/", include((rq_gate.gated(rq_urls.urlpatterns), rq_urls.app_name))),
     # Before admin.site.urls, whose catch-all would answer /admin/overview/ with a 404.
     *admin_overview.urlpatterns,
+    path("admin/2fa/", two_factor_pages.check, name="two-factor"),
+    path("admin/2fa/enrol/", two_factor_pages.enrol, name="two-factor-enrol"),
+    path(
+        "admin/2fa/recovery-codes/",
+        two_factor_pages.recovery_codes,
+        name="two-factor-recovery-codes",
+    ),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     # The admin's "View site" and a bare host name: the way to the admin or a dashboard.

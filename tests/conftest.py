@@ -191,6 +191,13 @@ def engine():
         running.stop(graceful=True, timeout=10)
 
 
+@pytest.fixture(autouse=True)
+def operators_sign_in_with_password_alone(settings) -> None:
+    """The suite signs operators in with force_login. ADMIN_REQUIRE_2FA is on by default
+    outside DEBUG: tests/project/test_two_factor.py turns it back on and tests the door."""
+    settings.ADMIN_REQUIRE_2FA = False
+
+
 @pytest.fixture
 def staff_client(client):
     """The test client, signed in as a superuser ("root")."""

@@ -50,7 +50,7 @@ class SourceAdmin(admin.ModelAdmin):
     def key_guard(self, obj: Source) -> str:
         if obj.auto_register_suspended_at:
             return format_html(
-                '<strong style="color:#ba2121">auto-registration suspended</strong>'
+                '<strong class="warning-text">auto-registration suspended</strong>'
                 "<br><small>{}</small>",
                 obj.auto_register_suspended_reason,
             )
@@ -65,7 +65,7 @@ class SourceAdmin(admin.ModelAdmin):
         seen = "unavailable (Redis)" if numbers.seen is None else f"{numbers.seen:,}"
         state = (
             format_html(
-                '<strong style="color:#ba2121">Auto-registration suspended since {}:</strong> '
+                '<strong class="warning-text">Auto-registration suspended since {}:</strong> '
                 "{}. New keys use the fallback lane (their events are still delivered). It "
                 "resumes by itself after a quiet {}, when you save a new fairness key "
                 'below, or with the action "Resume auto-registration".<br>',
@@ -163,7 +163,7 @@ class EventAdmin(ReadOnlyAdmin):
             when = timezone.localtime(obj.payload_pruned_at)
             return f"Payload removed after {days} days (retention), on {when:%Y-%m-%d %H:%M:%S}."
         text = bytes(obj.payload[:5000]).decode("utf-8", errors="replace")
-        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", text)
+        return format_html('<pre class="wrapped">{}</pre>', text)
 
 
 @admin.register(ApiToken)

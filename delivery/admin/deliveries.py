@@ -37,13 +37,11 @@ class AttemptInline(admin.TabularInline):
     @admin.display(description="Request headers we sent")
     def sent_headers(self, obj: Attempt) -> str:
         lines = "\n".join(f"{name}: {value}" for name, value in (obj.request_headers or {}).items())
-        return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', lines)
+        return format_html('<pre class="wrapped">{}</pre>', lines)
 
     @admin.display(description="Response (excerpt)")
     def response(self, obj: Attempt) -> str:
-        return format_html(
-            '<pre style="white-space:pre-wrap;margin:0">{}</pre>', obj.response_excerpt[:1000]
-        )
+        return format_html('<pre class="wrapped">{}</pre>', obj.response_excerpt[:1000])
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -196,6 +196,14 @@ def test_batch_is_enqueued_only_after_the_commit_and_all_or_nothing(client, tena
     assert get_scheduler().snapshot().fresh_depth == 0
 
 
+def test_a_batch_item_that_is_not_an_object_is_named_by_its_index(client, tenant, token) -> None:
+    # Found by tests/fuzz/test_fuzz_api.py: the field read "events[1]." (a dangling dot).
+    answer = call(client, batch(item("a"), 7), token)
+    assert answer.status_code == 422
+    assert answer.json()["field"] == "events[1]"
+    assert "JSON object" in answer.json()["error"]
+
+
 def test_concurrent_overlapping_batches_store_each_key_once(tenant, token) -> None:
     keys = [f"k{i}" for i in range(40)]
     orders = [keys, list(reversed(keys)), keys[::2]]

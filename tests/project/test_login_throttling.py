@@ -1,25 +1,30 @@
-"""Every password form is throttled (django-axes): after LOGIN_FAILURE_LIMIT failures for
-a username, or from one address, signing in is refused for LOGIN_LOCKOUT_MINUTES, even
+"""Every sign-in is throttled (django-axes): after LOGIN_FAILURE_LIMIT failures for a
+username, or from one address, signing in is refused for LOGIN_LOCKOUT_MINUTES, even
 with the right password; the pause ends by itself, a success clears the count, and
-operators see the attempts in the admin."""
+operators see the attempts in the admin. Portal links' landing counts bad links by
+address (PORTAL_LINK_FAILURE_LIMIT), and past it refuses even a good link."""
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from axes.models import AccessAttempt
 from django.test import Client
 
+from tests.api.helpers import Api, tenant_token
 from tests.factories import make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 
 FORMS = ["/admin/login/", "/accounts/login/"]
 LIMIT = 5
+LINK_LIMIT = 8
 
 
 @pytest.fixture(autouse=True)
 def limits(settings):
-    settings.AXES_FAILURE_LIMIT = LIMIT
+    settings.LOGIN_FAILURE_LIMIT = LIMIT
+    settings.PORTAL_LINK_FAILURE_LIMIT = LINK_LIMIT
     settings.AXES_COOLOFF_TIME = timedelta(minutes=15)
 
 
@@ -100,3 +105,36 @@ def test_operators_see_the_attempts(people, staff_client) -> None:
     assert "jane" in page.content.decode() and "203.0.113.9" in page.content.decode()
     failures = staff_client.get("/admin/axes/accessfailurelog/")
     assert failures.status_code == 200 and "jane" in failures.content.decode()
+
+
+def portal_link(tenant) -> str:
+    answer = Api(tenant_token(tenant)).post(f"/api/v1/tenants/{tenant.key}/portal-links", {})
+    assert answer.status_code == 201, answer.json()
+    return urlsplit(answer.json()["url"]).path
+
+
+def test_bad_portal_links_from_one_address_pause_its_landing() -> None:
+    tenant = make_tenant("acme")
+    guesser = Client(REMOTE_ADDR="203.0.113.7")
+    for attempt in range(LINK_LIMIT - 1):
+        assert guesser.get(f"/portal/enter/guess-{attempt}").status_code == 403
+    assert guesser.get("/portal/enter/guess-last").status_code == 429
+    # Now even a good link is refused from there (and stays unused)...
+    good = portal_link(tenant)
+    answer = guesser.get(good)
+    assert answer.status_code == 429 and "Too many sign-in attempts" in answer.content.decode()
+    assert not signed_in(guesser)
+    # ...while another address is not held up by it.
+    visitor = Client(REMOTE_ADDR="198.51.100.2")
+    assert visitor.get(good).status_code == 303 and signed_in(visitor)
+    assert AccessAttempt.objects.get(ip_address="203.0.113.7").failures_since_start == LINK_LIMIT
+
+
+def test_a_few_stale_links_do_not_pause_a_visitor() -> None:
+    tenant = make_tenant("acme")
+    visitor = Client(REMOTE_ADDR="198.51.100.3")
+    used = portal_link(tenant)
+    assert visitor.get(used).status_code == 303
+    for _ in range(LIMIT):  # more than a password allows, fewer than LINK_LIMIT
+        assert visitor.get(used).status_code == 403
+    assert visitor.get(portal_link(tenant)).status_code == 303

@@ -38,6 +38,7 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
         ("DATABASE_URL", "nosuchdb://x"),
         ("RETRY_SCHEDULE_SECONDS", "5,,10"),
         ("ALLOWED_HOSTS", "a,,b"),
+        ("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto: https"),
     ],
 )
 def test_malformed_setting_stops_startup_naming_the_variable(name: str, value: str) -> None:

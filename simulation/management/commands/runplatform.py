@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from core.env import env_bool
 from delivery.scheduler import get_scheduler
 from delivery.upkeep import maintenance
 from simulation import demo
@@ -49,6 +50,8 @@ class Command(BaseCommand):
             **os.environ,
             "REDIS_URL": settings.REDIS_URL,
             "DEBUG": os.environ.get("DEBUG", "true"),
+            # Production asks operators for a second factor; the demo signs in by password.
+            "ADMIN_REQUIRE_2FA": os.environ.get("ADMIN_REQUIRE_2FA", "false"),
             # The demo delivers to 127.0.0.1; production keeps private addresses refused.
             "ALLOW_PRIVATE_DESTINATIONS": os.environ.get("ALLOW_PRIVATE_DESTINATIONS", "true"),
             # A readable terminal: warnings and errors only, no line per request.
@@ -97,6 +100,7 @@ class Command(BaseCommand):
             self.style.SUCCESS("\nThe platform is running:\n")
             + f"  operations      {base}/admin/overview/   (user admin, password {logins['admin']})\n"
             + f"  admin           {base}/admin/\n"
+            + self._two_factor_note()
             + f"  tenant pages    {base}/t/   (password {logins['alpha']} for each)\n"
             + f"    user big      {demo.LOUD_TENANT}'s admin: its flood, paced\n"
             + f"    user charlie  {demo.QUIET_TENANTS[2]}'s admin: a failing endpoint, dead "
@@ -111,6 +115,15 @@ class Command(BaseCommand):
             + "Press Ctrl-C to stop.\n"
         )
         self.stdout.flush()
+
+    @staticmethod
+    def _two_factor_note() -> str:
+        if env_bool("ADMIN_REQUIRE_2FA", False):
+            return "                  (two-factor sign-in on: set up an authenticator at sign-in)\n"
+        return (
+            "                  (two-factor sign-in is off in this demo, ADMIN_REQUIRE_2FA=false;\n"
+            "                  production asks every operator for an authenticator code)\n"
+        )
 
     def _watch(self, children: dict[str, subprocess.Popen]) -> None:
         started = time.monotonic()
