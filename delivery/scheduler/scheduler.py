@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster
 
 from core.ids import ULID_LENGTH, new_ulid
 
-from . import keys, scripts, snapshot
+from . import keys, protocol, scripts, snapshot
 from .values import RETRY, Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
@@ -104,11 +104,14 @@ class Scheduler:
     def shard_for(self, endpoint_id: int) -> "Scheduler":
         return self
 
-    def _run(self, name: str, *args: object) -> Any:
+    def _run(self, name: str, args: Sequence[object]) -> Any:
+        """Run a script with the common arguments, then `args` (packed by a record of
+        protocol.py, whose names the script reads)."""
         now = -1.0 if self._clock is None else self._clock()
-        return self._scripts[name](
-            keys=[self.keys.stats], args=[self.keys.prefix, repr(now), self.mode, *args]
+        common = protocol.CALL.pack(
+            {"prefix": self.keys.prefix, "now": repr(now), "mode": self.mode}
         )
+        return self._scripts[name](keys=[self.keys.stats], args=[*common, *args])
 
     def enqueue(self, items: Sequence[Item]) -> None:
         """Put a batch of deliveries in the schedule: one round trip, atomically.
@@ -122,39 +125,46 @@ class Scheduler:
             weight = self.fallback_weight if item.tenant_id is None else item.weight
             if weight < 1 or item.max_in_flight < 0 or item.retry_max_in_flight < 0:
                 raise ValueError(f"bad weight or caps in {item!r}")
-            args += (
-                item.delivery_id,
-                keys.tenant_token(item.tenant_id),
-                int(item.endpoint_id),
-                weight,
-                item.max_in_flight,
-                item.retry_max_in_flight,
-                keys.KIND_OF_LANE[item.lane],
-                "" if item.due_at is None else repr(float(item.due_at)),
-                _rate(item.endpoint_rate, "endpoint_rate"),
-                _rate(item.tenant_rate, "tenant_rate"),
+            args += protocol.ITEM.pack(
+                {
+                    "id": item.delivery_id,
+                    "tenant": keys.tenant_token(item.tenant_id),
+                    "endpoint": int(item.endpoint_id),
+                    "weight": weight,
+                    "max_in_flight": item.max_in_flight,
+                    "retry_max_in_flight": item.retry_max_in_flight,
+                    "kind": keys.KIND_OF_LANE[item.lane],
+                    "due": "" if item.due_at is None else repr(float(item.due_at)),
+                    "endpoint_rate": _rate(item.endpoint_rate, "endpoint_rate"),
+                    "tenant_rate": _rate(item.tenant_rate, "tenant_rate"),
+                }
             )
-        self._run("enqueue", *args)
+        self._run("enqueue", args)
 
     def pick(self, worker_id: str, max_items: int = 1) -> PickResult:
         """Lease up to max_items deliveries, one tenant turn at a time, in one round trip.
         The same script first promotes due retries, reclaims expired leases and wakes what
         a rate or a pause held back once its token is due (each bounded). When nothing is
         ready, wait_seconds is the time until the next of those events (at most 5 s)."""
-        members, deadline, wait = self._run(
-            f"pick_{self.mode}",
-            worker_id.replace("|", "_"),
-            max(1, max_items),
-            self.turn_size,
-            round(self.retry_min_share * 1_000_000),
-            self.fallback_weight,
-            repr(float(self.lease_seconds)),
-            *self._limits,
+        promote_limit, reclaim_limit, wake_limit = self._limits
+        arguments = protocol.PICK.pack(
+            {
+                "worker": worker_id.replace("|", "_"),
+                "max_items": max(1, max_items),
+                "turn_size": self.turn_size,
+                "retry_share_ppm": round(self.retry_min_share * 1_000_000),
+                "fallback_weight": self.fallback_weight,
+                "lease_seconds": repr(float(self.lease_seconds)),
+                "promote_limit": promote_limit,
+                "reclaim_limit": reclaim_limit,
+                "wake_limit": wake_limit,
+            }
         )
-        until = float(snapshot.text(deadline))
+        reply = protocol.PICK_REPLY.unpack(self._run(f"pick_{self.mode}", arguments))
+        until = float(snapshot.text(reply["deadline"]))
         return PickResult(
-            leases=[_lease(snapshot.text(member), until) for member in members],
-            wait_seconds=float(snapshot.text(wait)),
+            leases=[_lease(snapshot.text(member), until) for member in reply["members"]],
+            wait_seconds=float(snapshot.text(reply["wait_seconds"])),
         )
 
     def ack(self, leases: Sequence[Lease], *, outcome: str = "done") -> list[str]:
@@ -166,7 +176,8 @@ class Scheduler:
             raise ValueError(f"outcome must be a short lower-case word, not {outcome!r}")
         if not leases:
             return []
-        return [snapshot.text(i) for i in self._run("ack", outcome, *map(_member, leases))]
+        arguments = protocol.ACK.pack({"outcome": outcome}, rest=list(map(_member, leases)))
+        return [snapshot.text(i) for i in self._run("ack", arguments)]
 
     def answered(self, leases: Sequence[Lease]) -> int:
         """The requests of these leases are over: free their endpoint slots now, in one
@@ -177,7 +188,9 @@ class Scheduler:
         (a lease already lost or answered frees none)."""
         if not leases:
             return 0
-        return int(self._run("answered", *map(_member, leases)))
+        return int(
+            self._run("answered", protocol.ANSWERED.pack({}, rest=list(map(_member, leases))))
+        )
 
     def retry_later(self, lease: Lease, due_at: float) -> bool:
         """Free the slot and hold the delivery until due_at, when it enters its tenant's
@@ -189,8 +202,17 @@ class Scheduler:
         lease that was lost already."""
         if not retries:
             return []
-        args = [value for lease, due in retries for value in (_member(lease), repr(float(due)))]
-        return [bool(done) for done in self._run("retry_later", *args)]
+        pairs = [
+            value
+            for lease, due in retries
+            for value in protocol.RETRY_PAIR.pack(
+                {"member": _member(lease), "due": repr(float(due))}
+            )
+        ]
+        return [
+            bool(done)
+            for done in self._run("retry_later", protocol.RETRY_LATER.pack({}, rest=pairs))
+        ]
 
     def promote(self, delivery_id: str, tenant_id: int | None, endpoint_id: int) -> bool:
         """Retry now: a delivery held until its retry time enters its tenant's retry lane
@@ -205,14 +227,17 @@ class Scheduler:
                 keys.KIND_OF_LANE[RETRY],
             )
         )
-        return bool(self._run("promote", member))
+        return bool(self._run("promote", protocol.PROMOTE.pack({"member": member})))
 
     def renew(self, leases: Sequence[Lease]) -> list[str]:
         """Push the deadlines lease_seconds ahead; returns the ids whose lease was lost."""
         if not leases:
             return []
-        lost, _deadline = self._run("renew", repr(float(self.lease_seconds)), *map(_member, leases))
-        return [snapshot.text(i) for i in lost]
+        arguments = protocol.RENEW.pack(
+            {"lease_seconds": repr(float(self.lease_seconds))}, rest=list(map(_member, leases))
+        )
+        reply = protocol.RENEW_REPLY.unpack(self._run("renew", arguments))
+        return [snapshot.text(i) for i in reply["lost"]]
 
     def wait(self, timeout: float, *, also: Sequence[str] = ()) -> None:
         """Sleep until an enqueue, ack or retry pushes a wake-up, or timeout passes:
@@ -250,13 +275,15 @@ class Scheduler:
         the full configuration: None removes a rate."""
         if weight < 1:
             raise ValueError("weight must be at least 1")
-        self._run(
-            "set_tenant",
-            keys.tenant_token(tenant_id),
-            weight,
-            "1" if paused else "0",
-            _rate(rate_per_second, "rate_per_second"),
+        arguments = protocol.SET_TENANT.pack(
+            {
+                "tenant": keys.tenant_token(tenant_id),
+                "weight": weight,
+                "paused": "1" if paused else "0",
+                "rate": _rate(rate_per_second, "rate_per_second"),
+            }
         )
+        self._run("set_tenant", arguments)
 
     def set_endpoint(
         self,
@@ -276,13 +303,15 @@ class Scheduler:
         or tenant waits for it. Like the caps, it is also carried by each Item."""
         if max_in_flight < 0 or retry_max_in_flight < 0:
             raise ValueError("caps cannot be negative")
-        self._run(
-            "set_endpoint",
-            int(endpoint_id),
-            max_in_flight,
-            retry_max_in_flight,
-            _rate(rate_per_second, "rate_per_second"),
+        arguments = protocol.SET_ENDPOINT.pack(
+            {
+                "endpoint": int(endpoint_id),
+                "max_in_flight": max_in_flight,
+                "retry_max_in_flight": retry_max_in_flight,
+                "rate": _rate(rate_per_second, "rate_per_second"),
+            }
         )
+        self._run("set_endpoint", arguments)
 
     def pause_endpoint(self, endpoint_id: int, until: float) -> bool:
         """Start no request to the endpoint before `until` (epoch seconds), e.g. after a 429
@@ -293,14 +322,20 @@ class Scheduler:
         passed already (nothing changed)."""
         if not math.isfinite(until):
             raise ValueError(f"until must be a finite epoch time, not {until!r}")
-        return bool(self._run("pause_endpoint", int(endpoint_id), repr(float(until))))
+        arguments = protocol.PAUSE_ENDPOINT.pack(
+            {"endpoint": int(endpoint_id), "paused_until": repr(float(until))}
+        )
+        return bool(self._run("pause_endpoint", arguments))
 
     def snapshot(
         self, top_n: int = 20, age_buckets: Sequence[float] = snapshot.DEFAULT_AGE_BUCKETS
     ) -> Snapshot:
         """Totals, the top_n oldest tenants and busiest endpoints, and a histogram of all
         tenants' backlog ages: a bounded number of Redis operations at any tenant count."""
-        reply = self._run("snapshot", max(0, top_n), *map(repr, map(float, age_buckets)))
+        arguments = protocol.SNAPSHOT.pack(
+            {"top_n": max(0, top_n)}, rest=[repr(float(bound)) for bound in age_buckets]
+        )
+        reply = self._run("snapshot", arguments)
         return snapshot.decode(reply, tuple(age_buckets))
 
     def age_histogram(self, buckets: Sequence[float]) -> dict[float, int]:

@@ -21,6 +21,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
+from . import protocol
+
 LUA_DIR = Path(__file__).with_name("lua")
 
 # Each script is its own file after the shared rules; picks first do the bounded upkeep.
@@ -57,7 +59,9 @@ _REGISTER = (
 
 
 def _read(part: str) -> str:
-    return (LUA_DIR / f"{part}.lua").read_text()
+    text = (LUA_DIR / f"{part}.lua").read_text()
+    # The named protocol's tables come first: every script reads arguments by name.
+    return protocol.lua_prelude() + text if part == "lib" else text
 
 
 def _own_parts(name: str) -> str:

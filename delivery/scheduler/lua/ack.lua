@@ -1,6 +1,6 @@
 -- ack.lua: finished leases (delivered, dead or held): drop each lease, free its slot,
--- and un-park lanes waiting on the endpoint. ARGV[4] outcome (counted, for metrics that
--- must survive worker restarts), ARGV[5..] lease members.
+-- and un-park lanes waiting on the endpoint. ACK.outcome (counted, for metrics that
+-- must survive worker restarts), then the lease members from ACK.members on.
 -- Returns the ids whose lease was already lost (expired and reclaimed).
 -- Each lease's ZREM says whether it was still held (a lease named twice is held once).
 -- Whether answered.lua freed their slots already is read for all of them at once
@@ -9,7 +9,7 @@
 -- counts go down once per run of leases of the same one (a flood's acks are one long
 -- run), the slots once per endpoint (give_back).
 local lost, held = {}, {}
-for i = 5, #ARGV do
+for i = ACK.members, #ARGV do
   if redis.call('ZREM', K_LEASES, ARGV[i]) == 1 then
     held[#held + 1] = ARGV[i]
   else
@@ -46,7 +46,7 @@ for i, member in ipairs(held) do
 end
 endpoint_done()
 if run_t then tenant_done(run_t, run_tn) end
-if #held > 0 then count_stat('out:' .. ARGV[4], #held) end
+if #held > 0 then count_stat('out:' .. ARGV[ACK.outcome], #held) end
 local woken = 0
 if MODE == 'fair' then
   woken = fill_each(freed)

@@ -2,12 +2,13 @@
 -- for the worker to record them. Their endpoint slots are free from now: a cap bounds the
 -- requests open at once, not the bookkeeping behind them. The leases stay until ack or
 -- retry_later, so a worker that dies before recording still has them handed out again.
--- ARGV[4..] lease members; a lease already released or answered is left alone.
+-- The lease members from ANSWERED.members on; a lease already released or answered is
+-- left alone.
 -- Returns how many slots were freed. Whether each lease is held and answered already is
 -- read for all of them at once (ZMSCORE, SMISMEMBER) and the new ones are added with one
 -- SADD: three commands for the leases, however many, and the slots per endpoint
 -- (give_back).
-local FIRST = 4
+local FIRST = ANSWERED.members
 local held_at = call_list('ZMSCORE', K_LEASES, ARGV, FIRST)
 local was_answered = call_list('SMISMEMBER', K_ANSWERED, ARGV, FIRST)
 local fresh = {}

@@ -1,7 +1,5 @@
 -- enqueue.lua: add a batch of deliveries in one round trip.
--- ARGV[4..] groups of 10: id, tenant token, endpoint, weight, max_in_flight,
--- retry_max_in_flight, kind ("f"/"r"), due (epoch seconds, or "" for now), endpoint rate
--- and tenant rate (requests per second, or "" for none).
+-- From ARGS_FIRST on, one group of ITEM.SIZE arguments per delivery (protocol.ITEM).
 -- Weight, caps and rates ride along with every delivery so that the schedule needs no
 -- separate configuration store: what the database said at enqueue time wins.
 local woken = 0
@@ -18,24 +16,26 @@ local function same(j, i, offsets)
   end
   return true
 end
-local TENANT_CFG, ENDPOINT_CFG = {3, 9}, {4, 5, 8}
-for i = 4, #ARGV, 10 do
-  local id, t, e = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local k, due = ARGV[i + 6], tonumber(ARGV[i + 7])
+local TENANT_CFG = {ITEM.weight, ITEM.tenant_rate}
+local ENDPOINT_CFG = {ITEM.max_in_flight, ITEM.retry_max_in_flight, ITEM.endpoint_rate}
+for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
+  local id, t, e = ARGV[i + ITEM.id], ARGV[i + ITEM.tenant], ARGV[i + ITEM.endpoint]
+  local k, due = ARGV[i + ITEM.kind], tonumber(ARGV[i + ITEM.due])
   local tk = tenant_key(t)
   local ek = endpoint_key(e)
 
   if not same(tenant_cfg[t], i, TENANT_CFG) then
     tenant_cfg[t] = i
-    local trate = tonumber(ARGV[i + 9])
+    local trate = tonumber(ARGV[i + ITEM.tenant_rate])
     local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd', 'n')
     hold(tk, {f = was[3], r = was[4], d = was[5], n = was[6]})
     if not was[1] then count_stat('tenants', 1) end
-    if was[1] ~= ARGV[i + 3] or tonumber(was[2]) ~= trate then
+    local weight = ARGV[i + ITEM.weight]
+    if was[1] ~= weight or tonumber(was[2]) ~= trate then
       if trate then
-        redis.call('HSET', tk, 'w', ARGV[i + 3], 'rr', trate)
+        redis.call('HSET', tk, 'w', weight, 'rr', trate)
       else
-        redis.call('HSET', tk, 'w', ARGV[i + 3])
+        redis.call('HSET', tk, 'w', weight)
         if was[2] then redis.call('HDEL', tk, 'rr') end
       end
     end
@@ -46,10 +46,11 @@ for i = 4, #ARGV, 10 do
 
   if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
     endpoint_cfg[e] = i
-    local erate = tonumber(ARGV[i + 8])
+    local erate = tonumber(ARGV[i + ITEM.endpoint_rate])
     local old = redis.call('HMGET', ek, 'm', 'rm', 'rr', 'n')
     hold(ek, {n = old[4]})
-    local m, rm = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local m = tonumber(ARGV[i + ITEM.max_in_flight])
+    local rm = tonumber(ARGV[i + ITEM.retry_max_in_flight])
     local same_rate = tonumber(old[3]) == erate
     if old[1] and (m > num(old[1]) or rm > num(old[2]) or not same_rate) then
       changed[#changed + 1] = e

@@ -4,9 +4,10 @@
 --
 -- Calling convention. KEYS[1] is the stats hash: declared so Redis Cluster routes the
 -- call to the shard's slot; every other key carries the same {shard} hash tag, so one
--- script touches one slot. ARGV[1] = key prefix "wh:{<shard>}:", ARGV[2] = now in epoch
--- seconds (negative: read the Redis clock, so all workers share one clock), ARGV[3] =
--- mode, "fair" or "fifo". Script-specific arguments start at ARGV[4].
+-- script touches one slot. Arguments are read by name from the tables protocol.py writes
+-- before this file (CALL, ITEM, PICK, ...): CALL.prefix the key prefix "wh:{<shard>}:",
+-- CALL.now now in epoch seconds (negative: read the Redis clock, so all workers share one
+-- clock), CALL.mode "fair" or "fifo"; each script's own come after them.
 --
 -- Names: t = tenant token (decimal id, "fb" for the fallback lane), e = endpoint id,
 -- k = lane kind ("f" fresh, "r" retry). Keys after the prefix:
@@ -685,18 +686,28 @@ rates = function()
   return RATES
 end
 
+-- A script's reply as the array its REPLY record (protocol.py) describes: every field in
+-- its place, false (nil to the caller) where `values` has none, so the array has no hole.
+local function reply_of(record, values)
+  local out = {}
+  for name, index in pairs(record) do
+    if name ~= 'SIZE' then out[index] = values[name] or false end
+  end
+  return out
+end
+
 -- Start a call: its clock, its shard's keys and empty per-call state. Under EVAL, scripts.py
 -- calls this right after this file; in the Function library, each function first.
 local KEY_PREFIX -- the prefix the K_* names were built for: most calls keep the same shard
 local function begin(keys, argv)
-  P = argv[1]
-  NOW = tonumber(argv[2])
+  P = argv[CALL.prefix]
+  NOW = tonumber(argv[CALL.now])
   if NOW < 0 then
     local clock = redis.call('TIME')
     NOW = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
   end
   NOW_MS = math.floor(NOW * 1000)
-  MODE = argv[3]
+  MODE = argv[CALL.mode]
   K_STATS = keys[1]
   if P ~= KEY_PREFIX then
     KEY_PREFIX = P

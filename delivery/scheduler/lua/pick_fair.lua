@@ -1,20 +1,18 @@
 -- pick_fair.lua: hand out up to max_items leases, one tenant turn at a time.
--- ARGV[4] worker id, [5] max_items, [6] turn size, [7] retry minimum share (ppm),
--- [8] fallback weight, [9] lease seconds, [10] promote limit, [11] reclaim limit,
--- [12] wake limit (rate/pause wake-ups per pick).
--- Returns {lease members, deadline, wait seconds}.
-local worker = ARGV[4]
-local max_items = tonumber(ARGV[5])
-local turn_size = tonumber(ARGV[6])
-local share = tonumber(ARGV[7])
-local fallback_weight = tonumber(ARGV[8])
+-- Arguments: PICK (protocol.py); the wake limit bounds rate/pause wake-ups per pick.
+-- Returns PICK_REPLY: the lease members, their deadline, the seconds a worker may wait.
+local worker = ARGV[PICK.worker]
+local max_items = tonumber(ARGV[PICK.max_items])
+local turn_size = tonumber(ARGV[PICK.turn_size])
+local share = tonumber(ARGV[PICK.retry_share_ppm])
+local fallback_weight = tonumber(ARGV[PICK.fallback_weight])
 -- The deadline as the text the worker gets back, formatted once: each lease's ZADD then
 -- converts no number.
-local deadline = string.format('%.6f', NOW + tonumber(ARGV[9]))
+local deadline = string.format('%.6f', NOW + tonumber(ARGV[PICK.lease_seconds]))
 
-promote_due(tonumber(ARGV[10]))
-reclaim_expired(tonumber(ARGV[11]))
-wake_due(tonumber(ARGV[12]))
+promote_due(tonumber(ARGV[PICK.promote_limit]))
+reclaim_expired(tonumber(ARGV[PICK.reclaim_limit]))
+wake_due(tonumber(ARGV[PICK.wake_limit]))
 ENDPOINTS = {} -- see endpoint_state: from here on, only this pick's leases change them
 
 -- Fresh first, but while both kinds wait, a credit of `share` per dispatch buys a retry
@@ -397,4 +395,6 @@ local wait = 0
 if (#out < max_items or live[K_DUE] ~= false) and redis.call('EXISTS', K_VT) == 0 then
   wait = next_event_wait()
 end
-return {out, deadline, string.format('%.6f', wait)}
+return reply_of(PICK_REPLY, {
+  members = out, deadline = deadline, wait_seconds = string.format('%.6f', wait),
+})

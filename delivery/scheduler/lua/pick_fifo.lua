@@ -1,17 +1,17 @@
 -- pick_fifo.lua: the comparison mode: one arrival-order line for everything. Caps, rates
 -- and pauses are honoured naively, as one plain queue would: a delivery whose endpoint is
 -- full goes to the back of the line and counts as a deferral; one whose endpoint or tenant
--- has no token ready goes to the back too and counts as a rate wait. ARGV as pick_fair.lua
--- (turn size, share and weight are unused).
-local worker = ARGV[4]
-local max_items = tonumber(ARGV[5])
+-- has no token ready goes to the back too and counts as a rate wait. Arguments: PICK, as
+-- pick_fair.lua (turn size, share and weight are unused).
+local worker = ARGV[PICK.worker]
+local max_items = tonumber(ARGV[PICK.max_items])
 -- The deadline as the text the worker gets back, formatted once: each lease's ZADD then
 -- converts no number.
-local deadline = string.format('%.6f', NOW + tonumber(ARGV[9]))
+local deadline = string.format('%.6f', NOW + tonumber(ARGV[PICK.lease_seconds]))
 
-promote_due(tonumber(ARGV[10]))
-reclaim_expired(tonumber(ARGV[11]))
-wake_due(tonumber(ARGV[12]))
+promote_due(tonumber(ARGV[PICK.promote_limit]))
+reclaim_expired(tonumber(ARGV[PICK.reclaim_limit]))
+wake_due(tonumber(ARGV[PICK.wake_limit]))
 
 local out = {}
 local deferred, waited = 0, 0
@@ -51,4 +51,6 @@ local wait = 0
 if #out == 0 or (#out < max_items and whole_line) or redis.call('EXISTS', K_FIFO) == 0 then
   wait = next_event_wait()
 end
-return {out, deadline, string.format('%.6f', wait)}
+return reply_of(PICK_REPLY, {
+  members = out, deadline = deadline, wait_seconds = string.format('%.6f', wait),
+})

@@ -1,15 +1,17 @@
 -- retry_later.lua: these attempts failed; free each slot and hold each delivery in the
 -- delayed set until due, when a pick moves it into its tenant's retry lane.
--- ARGV[4..] pairs: lease member, due (epoch seconds). Returns for each pair 1, or 0 if
+-- From RETRY_LATER.pairs on, RETRY_PAIR groups: lease member, due (epoch seconds).
+-- Returns for each pair 1, or 0 if
 -- the lease was lost. One call for a settled group's retries: a retry storm (a
 -- destination down, every attempt failing) costs one script call per group, not per
 -- delivery.
 local done, freed = {}, {}
 local retried = 0
-for i = 4, #ARGV, 2 do
-  local id, t, e = release(ARGV[i])
+for i = RETRY_LATER.pairs, #ARGV, RETRY_PAIR.SIZE do
+  local id, t, e = release(ARGV[i + RETRY_PAIR.member])
   if id then
-    redis.call('ZADD', K_DELAYED, tonumber(ARGV[i + 1]), id .. '|' .. t .. '|' .. e .. '|r')
+    local due = tonumber(ARGV[i + RETRY_PAIR.due])
+    redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|r')
     redis.call('HINCRBY', tenant_key(t), 'd', 1)
     retried = retried + 1
     if freed[#freed] ~= e then freed[#freed + 1] = e end

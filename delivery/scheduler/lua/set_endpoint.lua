@@ -1,11 +1,13 @@
--- set_endpoint.lua: an operator changed an endpoint's caps or rate. ARGV[4] endpoint,
--- [5] max_in_flight, [6] retry_max_in_flight, [7] rate per second ("" = none). An idle
--- endpoint has no key to change: the next enqueue carries the caps and rate.
-local e = ARGV[4]
+-- set_endpoint.lua: an operator changed an endpoint's caps or rate (SET_ENDPOINT; a rate
+-- per second, "" = none). An idle endpoint has no key to change: the next enqueue
+-- carries the caps and rate.
+local e = ARGV[SET_ENDPOINT.endpoint]
 local ek = endpoint_key(e)
 if redis.call('EXISTS', ek) == 0 then return 0 end
-redis.call('HSET', ek, 'm', ARGV[5], 'rm', ARGV[6])
-local rate = tonumber(ARGV[7])
+redis.call(
+  'HSET', ek, 'm', ARGV[SET_ENDPOINT.max_in_flight],
+  'rm', ARGV[SET_ENDPOINT.retry_max_in_flight])
+local rate = tonumber(ARGV[SET_ENDPOINT.rate])
 if rate then
   redis.call('HSET', ek, 'rr', rate)
   rates().clamp_clock('e' .. e, rate)

@@ -1,12 +1,12 @@
--- set_tenant.lua: an operator changed a tenant. ARGV[4] tenant token, [5] weight,
--- [6] "1" paused / "0" active, [7] rate per second ("" = unlimited). Returns nothing.
-local t = ARGV[4]
+-- set_tenant.lua: an operator changed a tenant (SET_TENANT: its token, weight, "1" paused
+-- or "0" active, rate per second, "" = unlimited). Returns nothing.
+local t = ARGV[SET_TENANT.tenant]
 local tk = tenant_key(t)
-local rate = tonumber(ARGV[7])
+local rate = tonumber(ARGV[SET_TENANT.rate])
 local old_rate = nil
 if redis.call('EXISTS', tk) == 1 then
   old_rate = tonumber(redis.call('HGET', tk, 'rr'))
-  redis.call('HSET', tk, 'w', ARGV[5])
+  redis.call('HSET', tk, 'w', ARGV[SET_TENANT.weight])
   if rate then
     redis.call('HSET', tk, 'rr', rate)
     rates().clamp_clock('t' .. t, rate)
@@ -14,7 +14,7 @@ if redis.call('EXISTS', tk) == 1 then
     redis.call('HDEL', tk, 'rr')
   end
 end
-if ARGV[6] == '1' then
+if ARGV[SET_TENANT.paused] == '1' then
   if redis.call('SADD', K_PAUSED, t) == 1 then
     -- Keep its place: the virtual time it resumes from (already kept if it is asleep).
     local score = redis.call('ZSCORE', K_VT, t)

@@ -1,8 +1,9 @@
 -- snapshot.lua: what operators and metrics read, in one consistent view and a bounded
 -- number of operations whatever the number of tenants: counters, the top-N oldest
 -- tenants and busiest endpoints, and one ZCOUNT per histogram bucket.
--- ARGV[4] top_n, ARGV[5..] histogram bucket bounds in seconds of age.
-local top_n = tonumber(ARGV[4])
+-- SNAPSHOT.top_n, then from SNAPSHOT.bounds on the histogram's bucket bounds in seconds
+-- of age.
+local top_n = tonumber(ARGV[SNAPSHOT.top_n])
 local stats = redis.call(
   'HMGET', K_STATS, 'f', 'r', 'fallback_total', 'deferrals', 'tenants', 'rate_waits')
 local fallback = redis.call('HMGET', tenant_key(FALLBACK), 'f', 'r')
@@ -69,7 +70,7 @@ end
 
 -- Tenants whose oldest queued delivery is at most `bound` seconds old (cumulative).
 local histogram = {}
-for i = 5, #ARGV do
+for i = SNAPSHOT.bounds, #ARGV do
   histogram[#histogram + 1] =
     redis.call('ZCOUNT', K_AGE, NOW_MS - tonumber(ARGV[i]) * 1000, '+inf')
 end
