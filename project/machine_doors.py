@@ -1,5 +1,6 @@
 """The WSGI application: the machine doors (/ingest/, /api/v1/) on a lighter
-middleware stack than the pages people use.
+middleware stack than the pages people use, and the health probes (project.health) on
+none at all.
 
 Providers and publishers bring a signature or a bearer token, never a cookie: sessions,
 CSRF (the views are exempt anyway), authentication, messages, the viewer's time zone and
@@ -35,11 +36,16 @@ class MachineDoorsDispatcher:
     """Requests to the machine doors go to the light stack, every other to the full one."""
 
     def __init__(self) -> None:
+        from project import health  # it reads models: only once Django is set up
+
         self.full = WSGIHandler()
         self.machine = _MachineHandler()
+        self.health = health
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path in self.health.PATHS:
+            return self.health.serve(environ, start_response)
         handler = self.machine if path.startswith(MACHINE_PREFIXES) else self.full
         return handler(environ, start_response)
 

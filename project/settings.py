@@ -317,6 +317,8 @@ AUTO_REGISTER_LIMIT = env_int("AUTO_REGISTER_LIMIT", 1000, minimum=1)
 AUTO_REGISTER_WINDOW_SECONDS = env_int("AUTO_REGISTER_WINDOW_SECONDS", 3600, minimum=1)
 
 # Observability.
+# /readyz: each check (database, Redis, the schedule's Redis) must answer within this.
+READINESS_TIMEOUT_SECONDS = env_float("READINESS_TIMEOUT_SECONDS", 1.0, minimum=0.05)
 METRICS_TOP_N = env_int("METRICS_TOP_N", 20, minimum=1, maximum=1000)
 METRICS_TOKEN = secret_from_file_or_env("METRICS_TOKEN")
 

@@ -185,6 +185,13 @@ class DeliveryEngine:
             self.transport.clear()
         return finished
 
+    def alive(self) -> bool:
+        """Every stage's thread runs (a worker beats only then: delivery/worker/heartbeats)."""
+        stages = (self._loop, self._recorder, self._releaser, self._feeder, self._renewer)
+        return not self._stopping.is_set() and all(
+            getattr(thread, "is_alive", lambda: False)() for thread in stages
+        )
+
     def _max_wait(self) -> float:
         return float(max(settings.LEASE_SECONDS, 35))
 

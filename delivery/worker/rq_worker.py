@@ -24,6 +24,7 @@ from core import redis_connection
 from delivery.pipeline.engine import DeliveryEngine
 from delivery.replays import window as replay_window
 from delivery.upkeep import maintenance
+from delivery.worker import heartbeats
 
 logger = logging.getLogger(__name__)
 SWEEP_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:sweep-lock"
@@ -50,6 +51,7 @@ class DeliveryWorker(SimpleWorker):
         self.engine.start()
         threading.Thread(target=self._schedule_maintenance, name="maintenance", daemon=True).start()
         threading.Thread(target=self._feed_replays, name="replay-feeder", daemon=True).start()
+        threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
 
     # RQ's main loop quits on any Redis error outside its dequeue call (the suspension
     # check, registry cleaning, running a job it just dequeued, the heartbeat after it),
@@ -134,6 +136,9 @@ class DeliveryWorker(SimpleWorker):
         engine = getattr(self, "engine", None)
         if engine is not None:
             self._maintenance_stop.set()
+            self._outside_an_outage(
+                "heartbeat removal", heartbeats.forget, self.connection, self.name
+            )
             if self._cold_stop:
                 engine.stop(graceful=False)
             else:
@@ -145,6 +150,14 @@ class DeliveryWorker(SimpleWorker):
                         "deliveries still running at exit come back through their leases"
                     )
         super().teardown()
+
+    def _beat(self) -> None:
+        """While the engine delivers, say so (heartbeats.py) every BEAT_SECONDS."""
+        while True:
+            if self.engine.alive():
+                self._outside_an_outage("heartbeat", heartbeats.beat, self.connection, self.name)
+            if self._maintenance_stop.wait(heartbeats.BEAT_SECONDS):
+                return
 
     def _schedule_maintenance(self) -> None:
         """Every interval one worker (whichever takes the lock) enqueues the sweep job."""

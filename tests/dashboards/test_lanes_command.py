@@ -55,3 +55,13 @@ def test_lanes_merges_the_shards_into_one_row_per_tenant(settings) -> None:
     (row,) = data["tenants"]
     assert (row["tenant_key"], row["fresh"]) == ("spread.example", 2 * len(endpoints))
     assert data["fresh_depth"] == 2 * len(endpoints)
+
+
+def test_lanes_says_which_delivery_workers_beat(redis_conn) -> None:
+    from delivery.worker import heartbeats
+
+    assert "delivery workers: none beating" in run()
+    heartbeats.beat(redis_conn, "host-a.1234")
+    heartbeats.beat(redis_conn, "host-b.99", now=heartbeats.time.time() - 600)  # gone
+    assert "delivery workers: 1 (host-a.1234 0s ago)" in run()
+    assert list(json.loads(run("--json"))["workers"]) == ["host-a.1234"]

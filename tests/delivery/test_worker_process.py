@@ -10,6 +10,7 @@ from rq import Queue, Worker
 
 from delivery.models import Delivery
 from delivery.scheduler import get_scheduler
+from delivery.worker import heartbeats
 from ingest.publish import publish
 from tests.delivery_helpers import start_worker, statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
@@ -52,8 +53,11 @@ def test_worker_registers_in_rq_and_delivers(workers, redis_conn) -> None:
         receiver.wait_for(10, timeout=30)
         assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 10}, timeout=10)
         assert wait_until(lambda: len(Worker.all(connection=redis_conn)) == 1)
+        # Its engine delivers, and says so: /readyz and `lanes` count it.
+        assert wait_until(lambda: len(heartbeats.live(redis_conn)) == 1)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+        assert heartbeats.live(redis_conn) == {}  # a worker that left is not counted
 
 
 def test_killed_worker_its_delivery_comes_back_with_the_same_webhook_id(workers) -> None:

@@ -2,11 +2,14 @@ import json
 import time
 from dataclasses import asdict
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from core import redis_connection
 from dashboards import status
 from delivery.scheduler import Snapshot, get_scheduler
+from delivery.worker import heartbeats
 from tenants.models import Endpoint
 
 
@@ -58,6 +61,7 @@ class Command(BaseCommand):
 
     def _as_json(self, snapshot: Snapshot) -> str:
         data = asdict(snapshot)
+        data["workers"] = _workers()
         statuses = _statuses(snapshot)
         for row in data["tenants"]:
             found = statuses.get(row["tenant_id"])
@@ -77,6 +81,7 @@ class Command(BaseCommand):
             f"queued fresh {snapshot.fresh_depth}, retry {snapshot.retry_depth}, delayed {snapshot.delayed_depth}; "
             f"in flight {snapshot.in_flight}; fallback lane {snapshot.fallback_depth} "
             f"({snapshot.fallback_enqueued_total} ever); deferrals {snapshot.deferrals_total}",
+            _workers_line(_workers()),
             "",
             f"{'tenant':<32} {'age':>8} {'fresh':>8} {'retry':>7} {'delayed':>8} {'flight':>6} {'weight':>6}  status",
         ]
@@ -107,6 +112,23 @@ class Command(BaseCommand):
                 f"in flight, {row.parked_lanes} lanes waiting"
             )
         return "\n".join(lines) + "\n"
+
+
+def _workers() -> dict[str, float] | None:
+    """Delivery workers that beat lately: name -> seconds since; None if Redis is down."""
+    try:
+        return heartbeats.live(redis_connection.shared())
+    except redis.RedisError:
+        return None
+
+
+def _workers_line(workers: dict[str, float] | None) -> str:
+    if workers is None:
+        return "delivery workers: unknown (Redis did not answer)"
+    if not workers:
+        return "delivery workers: none beating: nothing is being delivered"
+    beats = ", ".join(f"{name} {age:.0f}s ago" for name, age in sorted(workers.items()))
+    return f"delivery workers: {len(workers)} ({beats})"
 
 
 def _statuses(snapshot: Snapshot) -> dict[int | None, status.TenantStatus]:

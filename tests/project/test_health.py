@@ -1,0 +1,150 @@
+"""/healthz and /readyz (project/health.py), through the production WSGI application:
+answered before any middleware, whatever the Host header, with no secret in the answer;
+/readyz names what failed (an unreachable Redis, a Redis that hangs past the deadline,
+migrations not applied) with 503, and counts the delivery workers that beat."""
+
+import http.client
+import io
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+
+from delivery.worker import heartbeats
+from project import health
+from project.machine_doors import get_wsgi_application
+from tests.ingest import test_ingest_inputs
+
+pytestmark = pytest.mark.django_db
+
+gunicorn = test_ingest_inputs.server  # the application under gunicorn, as in production
+
+APP = get_wsgi_application()
+
+
+def probe(path: str, method: str = "GET", host: str = "10.0.0.7:8000") -> tuple[int, dict]:
+    """One request through the WSGI application, as a load balancer sends it (its own
+    address as the Host: not in ALLOWED_HOSTS)."""
+    seen = {}
+
+    def start_response(status: str, headers: list) -> None:
+        seen["status"], seen["headers"] = int(status.split()[0]), dict(headers)
+
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SERVER_NAME": "10.0.0.7",
+        "SERVER_PORT": "8000",
+        "HTTP_HOST": host,
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.url_scheme": "http",
+    }
+    body = b"".join(APP(environ, start_response))
+    assert seen["headers"]["Cache-Control"] == "no-store"
+    return seen["status"], json.loads(body)
+
+
+@pytest.fixture(autouse=True)
+def fresh_probe_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The probe closes stale database connections as Django's handler does per request;
+    # here that one is the test's own, in its transaction (Django's test client skips
+    # the same step for the same reason).
+    monkeypatch.setattr(health, "close_old_connections", lambda: None)
+    health._probe_clients.clear()
+    health._migrated = False
+    yield
+    health._probe_clients.clear()
+
+
+def test_healthz_answers_alive_and_reads_nothing(django_assert_num_queries) -> None:
+    with django_assert_num_queries(0):
+        assert probe("/healthz") == (200, {"status": "alive"})
+
+
+def test_readyz_checks_the_database_and_redis_and_counts_live_workers(redis_conn) -> None:
+    status, body = probe("/readyz")
+    assert status == 200 and body["status"] == "ready"
+    assert body["checks"]["database"]["ok"] and body["checks"]["redis"]["ok"]
+    assert body["workers"] == 0
+    heartbeats.beat(redis_conn, "worker-1")
+    heartbeats.beat(redis_conn, "worker-gone", now=heartbeats.time.time() - 60)
+    assert probe("/readyz")[1]["workers"] == 1
+
+
+def test_readyz_names_an_unreachable_redis_without_its_password(settings) -> None:
+    settings.REDIS_URL = "redis://:not-for-your-eyes@127.0.0.1:1/0"  # nothing listens on 1
+    status, body = probe("/readyz")
+    assert status == 503 and body["status"] == "not ready"
+    assert body["checks"]["database"]["ok"]
+    assert (
+        not body["checks"]["redis"]["ok"] and "ConnectionError" in body["checks"]["redis"]["error"]
+    )
+    assert "not-for-your-eyes" not in json.dumps(body)
+
+
+@pytest.fixture
+def hanging_redis() -> Iterator[str]:
+    """A server on 127.0.0.1 that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_readyz_gives_up_on_a_hanging_schedule_at_its_deadline(settings, hanging_redis) -> None:
+    settings.READINESS_TIMEOUT_SECONDS = 0.2
+    settings.SCHEDULER_REDIS_URL = hanging_redis
+    status, body = probe("/readyz")
+    assert status == 503
+    schedule = body["checks"]["schedule"]
+    assert not schedule["ok"] and "Timeout" in schedule["error"]
+    assert schedule["ms"] < 2000  # the deadline, not the shared client's 3 s timeout
+    assert body["checks"]["redis"]["ok"]
+
+
+def test_readyz_says_when_migrations_are_not_applied() -> None:
+    recorder = MigrationRecorder(connection)
+    recorder.migration_qs.filter(app="tenants").order_by("-id").first().delete()
+    status, body = probe("/readyz")
+    assert status == 503
+    assert body["checks"]["database"]["error"].startswith("migrations not applied")
+
+
+def test_a_probe_answers_only_get_and_head() -> None:
+    status, body = probe("/readyz", method="POST")
+    assert status == 405 and body["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_answers_the_probes_whatever_the_host(gunicorn) -> None:
+    """As production serves them: gunicorn, the same application, a node address as Host
+    (Django's host check would refuse it with 400)."""
+    for path, expected in (("/healthz", "alive"), ("/readyz", "ready")):
+        conn = http.client.HTTPConnection("127.0.0.1", gunicorn, timeout=10)
+        conn.request("GET", path, headers={"Host": "10.0.0.7:8000"})
+        answer = conn.getresponse()
+        assert answer.status == 200, answer.read()
+        assert json.loads(answer.read())["status"] == expected
+        conn.close()
