@@ -15,12 +15,12 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from core import redis_connection
+from core.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
 KEY = redis_connection.KEY_PREFIX + "api:rate:"  # + token id + ":" + minute
 # An outage is logged once a minute per process, not once per request.
-WARN_EVERY_SECONDS = 60.0
-_warned_at = [float("-inf")]
+_redis_down = OutageLog(logger)
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -40,10 +40,8 @@ class TokenRateThrottle(BaseThrottle):
             pipe.incr(key)
             pipe.expire(key, 120)
             used = pipe.execute()[0]
-        except redis.RedisError:
-            if now - _warned_at[0] >= WARN_EVERY_SECONDS:
-                _warned_at[0] = now
-                logger.warning("API rate limit not enforced: Redis did not answer", exc_info=True)
+        except redis.RedisError as exc:
+            _redis_down.warn("API rate limit not enforced: Redis did not answer (%s)", exc)
             return True
         if used <= limit:
             return True

@@ -41,6 +41,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from core.outage_log import OutageLog
 from delivery.models import Delivery
 from delivery.pipeline import sending
 from delivery.pipeline.curl_loop import CurlLoop
@@ -95,6 +96,8 @@ class DeliveryEngine:
         self.concurrency = concurrency or settings.DELIVERY_CONCURRENCY
         self.scheduler = scheduler or get_scheduler()
         self.worker_id = worker_id or f"engine-{uuid.uuid4().hex[:12]}"
+        # A Redis restart is expected: said once a minute with a count, not per call.
+        self._redis_down = OutageLog(logger)
         self.transport = Transport(
             allow_private=settings.ALLOW_PRIVATE_DESTINATIONS,
             max_idle_handles=min(self.concurrency, IDLE_HANDLES),
@@ -245,7 +248,7 @@ class DeliveryEngine:
         try:
             picked = self.scheduler.pick(self.worker_id, room)
         except redis.RedisError as exc:
-            logger.warning("scheduler unavailable: %s", exc)
+            self._redis_down.warn("scheduler unavailable: %s", exc)
             self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         if not picked.leases:
@@ -256,7 +259,7 @@ class DeliveryEngine:
             try:
                 self.scheduler.wait(min(picked.wait_seconds, IDLE_WAIT_SECONDS))
             except redis.RedisError as exc:
-                logger.warning("scheduler unavailable: %s", exc)
+                self._redis_down.warn("scheduler unavailable: %s", exc)
                 self._stopping.wait(ERROR_BACKOFF_SECONDS)
             return
         with self._leases_lock:
@@ -404,7 +407,9 @@ class DeliveryEngine:
                 self.scheduler.answered(leases)
             except redis.RedisError as exc:
                 # Nothing is lost: the recorder's acknowledgement frees the slots too.
-                logger.warning("could not free %d endpoint slots early: %s", len(leases), exc)
+                self._redis_down.warn(
+                    "could not free %d endpoint slots early: %s", len(leases), exc
+                )
 
     def _unsettled(self, leases: list[Lease]) -> list[Lease]:
         """The leases the recorder has not acknowledged yet. Acknowledged, their slots
@@ -458,6 +463,16 @@ class DeliveryEngine:
         try:
             sending.settle(group, self.scheduler)
             self.sent += sum(item.sent is not None for item in group)
+        except redis.RedisError as exc:
+            # Recorded in the database, not acknowledged in the schedule: the leases expire
+            # and the rows, already final, are acknowledged then without being sent.
+            self._redis_down.warn(
+                "could not acknowledge %d recorded deliveries (Redis: %s); their leases "
+                "bring them back, already recorded",
+                len(group),
+                exc,
+            )
+            self._stopping.wait(ERROR_BACKOFF_SECONDS)
         except Exception:
             # Whatever was not acknowledged comes back when its lease expires; a delivery
             # already recorded as finished is then acknowledged without being sent.
@@ -498,7 +513,7 @@ class DeliveryEngine:
         try:
             lost = self.scheduler.renew(leases)
         except redis.RedisError as exc:
-            logger.warning("could not renew leases: %s", exc)
+            self._redis_down.warn("could not renew leases: %s", exc)
             return []
         with self._leases_lock:
             lost = [i for i in lost if i in self._leases and i not in self._releasing]

@@ -12,11 +12,14 @@ from collections.abc import Iterable, Sequence
 import redis
 from django.db import transaction
 
+from core.outage_log import OutageLog
 from delivery import scheduler
 from delivery.models import Delivery
 from delivery.scheduler import Item, get_scheduler
 
 logger = logging.getLogger(__name__)
+# Every accepted event would say it while Redis is down: once a minute, with a count.
+_redis_down = OutageLog(logger)
 
 # The one place the database's lanes meet the scheduler's words for them: the scheduler
 # is a library of its own (no Django, no models) and names its lanes itself.
@@ -90,7 +93,9 @@ def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
         # only, or the sweeper would enqueue those twice.
         ids = getattr(exc, "pending", None) or [delivery.id for delivery in deliveries]
         Delivery.objects.filter(id__in=ids).update(needs_schedule=True)
-        logger.warning("Redis unavailable (%s): %d deliveries left for the sweeper", exc, len(ids))
+        _redis_down.warn(
+            "Redis unavailable (%s): %d deliveries left for the sweeper", exc, len(ids)
+        )
         return False
     return True
 

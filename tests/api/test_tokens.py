@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 from api import throttling
 from api.models import IdempotentRequest
 from core import redis_connection
+from core.outage_log import OutageLog
 from tenants.models import Tenant
 from tests.api.helpers import Api, operator_token
 from tests.factories import make_endpoint, make_tenant
@@ -153,14 +154,14 @@ def test_the_admin_makes_a_token_shown_once_and_revokes_it(client) -> None:
 
 
 def test_without_redis_the_budget_is_not_enforced_and_the_outage_is_logged_once(
-    settings, caplog
+    settings, caplog, monkeypatch
 ) -> None:
     with socket.socket() as probe:  # a loopback port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     settings.API_RATE_LIMIT_PER_MINUTE = 1
-    throttling._warned_at[0] = float("-inf")
+    monkeypatch.setattr(throttling, "_redis_down", OutageLog(throttling.logger))
     redis_connection.forget()
     try:
         api = Api(operator_token())

@@ -8,6 +8,7 @@ import io
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ from delivery.worker import heartbeats
 from project import health
 from project.machine_doors import get_wsgi_application
 from tests.ingest import test_ingest_inputs
+from tests.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +150,24 @@ def test_gunicorn_answers_the_probes_whatever_the_host(gunicorn) -> None:
         assert answer.status == 200, answer.read()
         assert json.loads(answer.read())["status"] == expected
         conn.close()
+
+
+def test_readyz_follows_a_redis_that_goes_away_and_comes_back(settings, tmp_path) -> None:
+    """A real redis-server stopped and started: 503 naming Redis within the deadline, 200
+    again once it answers."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        settings.REDIS_URL = server.url
+        settings.READINESS_TIMEOUT_SECONDS = 0.5
+        assert probe("/readyz")[0] == 200
+        server.stop()
+        started = time.monotonic()
+        status, body = probe("/readyz")
+        assert status == 503 and not body["checks"]["redis"]["ok"]
+        assert body["checks"]["database"]["ok"]
+        assert time.monotonic() - started < 2
+        server.start()
+        assert probe("/readyz")[0] == 200
+    finally:
+        server.stop()
