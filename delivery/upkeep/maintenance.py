@@ -7,6 +7,7 @@ the open deliveries. Deliveries committed while Redis was unreachable are flagge
 """
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import redis
@@ -151,6 +152,25 @@ def _lost_shards() -> list[Scheduler]:
                 raise  # as ever: this sweep fails, the next one looks again
             logger.warning("scheduler shard %d unavailable to the sweep: %s", shard.shard, exc)
     return lost
+
+
+def build_before_picking(wait_seconds: float = REBUILD_LOCK_SECONDS) -> int:
+    """A new Redis has no schedule yet (no epoch): build it from the database before a
+    worker's engine picks anything, so that the first sweep never rebuilds under leases
+    (which would hand out again what is in flight). While another process builds it,
+    wait for that. Returns how many deliveries this call enqueued."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        lost = _lost_shards()
+        if not lost:
+            return 0
+        try:
+            return rebuild_schedule(shards=lost)
+        except RebuildInProgress:
+            if time.monotonic() > deadline:
+                logger.warning("the schedule is still being built elsewhere; starting anyway")
+                return 0
+            time.sleep(0.2)
 
 
 def sweep() -> dict[str, int]:

@@ -39,10 +39,21 @@ class DeliveryWorker(SimpleWorker):
     _waiting_for_work = False  # blocked in RQ's dequeue (see request_stop)
 
     def work(self, *args, **kwargs) -> bool:
+        self._build_schedule_first()
         self.engine = DeliveryEngine(worker_id=f"rq-{self.name}")
         self._cold_stop = False
         self._maintenance_stop = threading.Event()
         return super().work(*args, **kwargs)
+
+    def _build_schedule_first(self) -> None:
+        """On a new Redis, build the schedule before this worker's engine picks (see
+        maintenance.build_before_picking). Redis down: RQ's start-up decides, as before."""
+        try:
+            maintenance.build_before_picking()
+        except redis.RedisError as exc:
+            logger.warning("could not check the schedule before starting: %s", exc)
+        finally:
+            close_old_connections()
 
     def _install_signal_handlers(self) -> None:
         # Start delivering only once SIGTERM means "warm shutdown": a signal arriving

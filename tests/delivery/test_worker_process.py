@@ -60,6 +60,25 @@ def test_worker_registers_in_rq_and_delivers(workers, redis_conn) -> None:
         assert heartbeats.live(redis_conn) == {}  # a worker that left is not counted
 
 
+def test_on_a_new_redis_nothing_in_flight_goes_out_twice(workers) -> None:
+    """Found by a chaos run (issue 42): ingest alone sets no schedule marker, so on a new
+    Redis the worker's first sweep "rebuilt" the live schedule under its leases and sent
+    what was in flight again. The worker now builds the schedule before its first pick."""
+    with Recorder(Reply(200, delay=2.0)) as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url, max_in_flight=8)
+        for i in range(6):
+            publish(tenant, "x", {"i": i})
+        assert get_scheduler().epoch() is None  # what ingest alone leaves
+        workers(MAINTENANCE_INTERVAL_SECONDS="1")
+        receiver.wait_for(6, timeout=30)
+        # Sweeps run every second while the first requests are still being answered.
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 6}, timeout=30)
+        time.sleep(2.5)
+        sent = [request.headers["webhook-id"] for request in receiver.requests]
+    assert len(sent) == 6 and len(set(sent)) == 6
+
+
 def test_killed_worker_its_delivery_comes_back_with_the_same_webhook_id(workers) -> None:
     with Recorder(Reply(200, delay=2.0), Reply(200)) as receiver:
         tenant = make_tenant("acme")
