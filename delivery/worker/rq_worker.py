@@ -12,6 +12,7 @@ a second one exits at once, and the leases of anything unfinished bring it back.
 import logging
 import signal
 import threading
+import time
 
 import redis
 from django.conf import settings
@@ -21,14 +22,34 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from core import redis_connection
+from core.outage_log import OutageLog
 from delivery.pipeline.engine import DeliveryEngine
 from delivery.replays import window as replay_window
 from delivery.upkeep import maintenance
 from delivery.worker import heartbeats
 
 logger = logging.getLogger(__name__)
+# A worker started before Redis waits for it, pausing this long, doubled up to the most.
+START_WAIT_FIRST_SECONDS = 0.5
+START_WAIT_MAX_SECONDS = 5.0
+_redis_down_at_start = OutageLog(logger)
 SWEEP_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:sweep-lock"
 REPLAY_LOCK_KEY = redis_connection.KEY_PREFIX + "maintenance:replay-lock"
+
+
+def wait_for_redis(connection: redis.Redis) -> None:
+    """Started while Redis is down (a host booting, Redis restarting), wait for it with a
+    growing pause rather than exit: under systemd or Kubernetes an exit is a crash loop.
+    Said once a minute with a count; SIGTERM still ends the wait (nothing is in flight)."""
+    pause = START_WAIT_FIRST_SECONDS
+    while True:
+        try:
+            connection.ping()
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            _redis_down_at_start.warn("Redis unavailable (%s): waiting for it to start", exc)
+        time.sleep(pause)
+        pause = min(pause * 2, START_WAIT_MAX_SECONDS)
 
 
 class DeliveryWorker(SimpleWorker):
@@ -37,6 +58,13 @@ class DeliveryWorker(SimpleWorker):
     # the wait short: recovery within seconds of Redis returning, not a minute.
     max_connection_wait_time = 5.0
     _waiting_for_work = False  # blocked in RQ's dequeue (see request_stop)
+
+    def __init__(self, queues, *args, connection=None, **kwargs) -> None:
+        # RQ's own set-up already talks to Redis (and django-rq exits on its error).
+        target = connection if connection is not None else getattr(queues[0], "connection", None)
+        if target is not None:
+            wait_for_redis(target)
+        super().__init__(queues, *args, connection=connection, **kwargs)
 
     def work(self, *args, **kwargs) -> bool:
         self._build_schedule_first()
@@ -68,9 +96,8 @@ class DeliveryWorker(SimpleWorker):
     # check, registry cleaning, running a job it just dequeued, the heartbeat after it),
     # and so does its start-up after the worker registered (the pub/sub subscription for
     # `rq` commands, the state). A delivery worker must ride out an outage instead: skip
-    # the step, and let the dequeue back off and reconnect. (Registering itself still
-    # needs Redis: a worker that cannot reach Redis at all exits, for its supervisor to
-    # restart.)
+    # the step, and let the dequeue back off and reconnect. (Before it registers, a
+    # worker waits for Redis: wait_for_redis.)
     def subscribe(self) -> None:
         self._outside_an_outage("pub/sub subscription (rq commands)", super().subscribe)
 

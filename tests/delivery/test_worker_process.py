@@ -8,13 +8,15 @@ import time
 import pytest
 from rq import Queue, Worker
 
+from core import redis_connection
 from delivery.models import Delivery
-from delivery.scheduler import get_scheduler
+from delivery.scheduler import get_scheduler, reset_scheduler
 from delivery.worker import heartbeats
 from ingest.publish import publish
 from tests.delivery_helpers import start_worker, statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
 from tests.http_receivers import Recorder, Reply
+from tests.private_redis import PrivateRedis
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -77,6 +79,37 @@ def test_on_a_new_redis_nothing_in_flight_goes_out_twice(workers) -> None:
         time.sleep(2.5)
         sent = [request.headers["webhook-id"] for request in receiver.requests]
     assert len(sent) == 6 and len(set(sent)) == 6
+
+
+def test_a_worker_started_before_redis_waits_for_it_then_delivers(
+    workers, settings, tmp_path
+) -> None:
+    """Found by a chaos run (issue 42): started while Redis was down, a worker exited with
+    code 1, which a supervisor turns into a crash loop. It now waits, saying so once."""
+    server = PrivateRedis(tmp_path)  # not started yet
+    with Recorder() as receiver:
+        tenant = make_tenant("acme")
+        make_endpoint(tenant, receiver.url)
+        process = workers(REDIS_URL=server.url)
+        time.sleep(3)
+        assert process.poll() is None  # still there, waiting
+        server.start()
+        try:
+            settings.REDIS_URL = server.url
+            redis_connection.forget()
+            reset_scheduler()
+            accepted = publish(tenant, "x", {})
+            [request] = receiver.wait_for(1, timeout=30)
+            assert request.headers["webhook-id"] == accepted.event.id
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+        finally:
+            redis_connection.forget()
+            reset_scheduler()
+            server.stop()
+    with open(process.log_path) as log:
+        waiting = [line for line in log if "waiting for it to start" in line]
+    assert len(waiting) == 1
 
 
 def test_killed_worker_its_delivery_comes_back_with_the_same_webhook_id(workers) -> None:
