@@ -4,8 +4,9 @@ never refused for its Host header (probes use the node's address), and no secret
 the answer.
 
 /healthz: the process is alive and serving; it reads nothing.
-/readyz: the database answers and its migrations are applied, and Redis and the schedule
-answer, each within READINESS_TIMEOUT_SECONDS (Redis by its socket timeouts, PostgreSQL
+/readyz: the database answers and its migrations are applied, Redis answers, and the
+schedule (SCHEDULER_REDIS_URL's, or Redis's) is built, each within
+READINESS_TIMEOUT_SECONDS (Redis by its socket timeouts, PostgreSQL
 by a statement timeout; a database host that does not answer at all waits for the
 connection's own `connect_timeout`, which DATABASE_URL can set); otherwise 503 naming
 what failed. It also
@@ -23,6 +24,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.migrations.executor import MigrationExecutor
 
 from core import redis_connection
+from delivery.scheduler import keys
 from delivery.worker import heartbeats
 
 PATHS = ("/healthz", "/readyz")
@@ -63,11 +65,32 @@ def _redis(url: str) -> str | None:
     return None
 
 
+def _schedule() -> str | None:
+    """Every shard's schedule is built (its epoch is set). A new Redis has none until the
+    first delivery worker builds it from the database, and one that lost it none until
+    the sweep rebuilds it: traffic meanwhile would race the build (an event enqueued
+    while it runs can be handed out twice), so the web process waits, not ready."""
+    client = _probe_client(getattr(settings, "SCHEDULER_REDIS_URL", "") or settings.REDIS_URL)
+    first = settings.SCHEDULER_SHARD
+    missing = [
+        tag
+        for tag in range(first, first + settings.SCHEDULER_SHARDS)
+        if client.get(keys.Keys(tag).epoch) is None
+    ]
+    if missing:
+        return (
+            f"schedule not built yet (shards {missing}): a delivery worker builds it from the "
+            "database when it starts, and the sweep after a Redis loss"
+        )
+    return None
+
+
 def _checks() -> dict[str, Callable[[], str | None]]:
-    checks = {"database": _database, "redis": lambda: _redis(settings.REDIS_URL)}
-    if getattr(settings, "SCHEDULER_REDIS_URL", ""):
-        checks["schedule"] = lambda: _redis(settings.SCHEDULER_REDIS_URL)
-    return checks
+    return {
+        "database": _database,
+        "redis": lambda: _redis(settings.REDIS_URL),
+        "schedule": _schedule,
+    }
 
 
 def readiness() -> tuple[int, dict]:

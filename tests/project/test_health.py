@@ -12,9 +12,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
+from delivery.scheduler import keys
 from delivery.worker import heartbeats
 from project import health
 from project.machine_doors import get_wsgi_application
@@ -67,7 +70,13 @@ def test_healthz_answers_alive_and_reads_nothing(django_assert_num_queries) -> N
         assert probe("/healthz") == (200, {"status": "alive"})
 
 
+def build_schedule(connection) -> None:
+    """What the first delivery worker does on a new Redis (its build sets the epoch)."""
+    connection.set(keys.Keys(settings.SCHEDULER_SHARD).epoch, "built")
+
+
 def test_readyz_checks_the_database_and_redis_and_counts_live_workers(redis_conn) -> None:
+    build_schedule(redis_conn)
     status, body = probe("/readyz")
     assert status == 200 and body["status"] == "ready"
     assert body["checks"]["database"]["ok"] and body["checks"]["redis"]["ok"]
@@ -115,7 +124,21 @@ def hanging_redis() -> Iterator[str]:
     listener.close()
 
 
-def test_readyz_gives_up_on_a_hanging_schedule_at_its_deadline(settings, hanging_redis) -> None:
+def test_readyz_waits_for_the_schedule_to_be_built(redis_conn) -> None:
+    """A new Redis: not ready until a delivery worker has built the schedule, so that no
+    traffic races the build."""
+    status, body = probe("/readyz")
+    assert status == 503
+    assert body["checks"]["redis"]["ok"] and body["checks"]["database"]["ok"]
+    assert body["checks"]["schedule"]["error"].startswith("schedule not built yet")
+    build_schedule(redis_conn)
+    assert probe("/readyz")[0] == 200
+
+
+def test_readyz_gives_up_on_a_hanging_schedule_at_its_deadline(
+    settings, hanging_redis, redis_conn
+) -> None:
+    build_schedule(redis_conn)
     settings.READINESS_TIMEOUT_SECONDS = 0.2
     settings.SCHEDULER_REDIS_URL = hanging_redis
     status, body = probe("/readyz")
@@ -126,7 +149,8 @@ def test_readyz_gives_up_on_a_hanging_schedule_at_its_deadline(settings, hanging
     assert body["checks"]["redis"]["ok"]
 
 
-def test_readyz_says_when_migrations_are_not_applied() -> None:
+def test_readyz_says_when_migrations_are_not_applied(redis_conn) -> None:
+    build_schedule(redis_conn)
     recorder = MigrationRecorder(connection)
     recorder.migration_qs.filter(app="tenants").order_by("-id").first().delete()
     status, body = probe("/readyz")
@@ -140,9 +164,10 @@ def test_a_probe_answers_only_get_and_head() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_gunicorn_answers_the_probes_whatever_the_host(gunicorn) -> None:
+def test_gunicorn_answers_the_probes_whatever_the_host(gunicorn, redis_conn) -> None:
     """As production serves them: gunicorn, the same application, a node address as Host
     (Django's host check would refuse it with 400)."""
+    build_schedule(redis_conn)
     for path, expected in (("/healthz", "alive"), ("/readyz", "ready")):
         conn = http.client.HTTPConnection("127.0.0.1", gunicorn, timeout=10)
         conn.request("GET", path, headers={"Host": "10.0.0.7:8000"})
@@ -160,6 +185,7 @@ def test_readyz_follows_a_redis_that_goes_away_and_comes_back(settings, tmp_path
     try:
         settings.REDIS_URL = server.url
         settings.READINESS_TIMEOUT_SECONDS = 0.5
+        build_schedule(redis.Redis.from_url(server.url))
         assert probe("/readyz")[0] == 200
         server.stop()
         started = time.monotonic()
@@ -167,7 +193,11 @@ def test_readyz_follows_a_redis_that_goes_away_and_comes_back(settings, tmp_path
         assert status == 503 and not body["checks"]["redis"]["ok"]
         assert body["checks"]["database"]["ok"]
         assert time.monotonic() - started < 2
-        server.start()
+        server.start()  # back, and empty: the schedule is lost until the sweep rebuilds it
+        status, body = probe("/readyz")
+        assert status == 503 and body["checks"]["redis"]["ok"]
+        assert "not built" in body["checks"]["schedule"]["error"]
+        build_schedule(redis.Redis.from_url(server.url))
         assert probe("/readyz")[0] == 200
     finally:
         server.stop()
