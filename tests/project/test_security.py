@@ -110,9 +110,11 @@ def readme_production_settings() -> dict[str, str]:
     ]
     settings = {}
     for line in block.strip().strip("`").removeprefix("sh").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
+        line = line.strip()
+        # Whole-line comments only: an environment file (systemd's) has no others.
+        if line and not line.startswith("#"):
             name, value = line.split("=", 1)
+            assert "#" not in value and " " not in value, line
             settings[name] = value
     return settings
 
