@@ -22,7 +22,7 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from core import redis_connection
-from core.outage_log import OutageLog
+from core.outage_log import OutageFilter, OutageLog
 from delivery.pipeline.engine import DeliveryEngine
 from delivery.replays import window as replay_window
 from delivery.upkeep import maintenance
@@ -52,6 +52,14 @@ def wait_for_redis(connection: redis.Redis) -> None:
         pause = min(pause * 2, START_WAIT_MAX_SECONDS)
 
 
+def _quiet_rq_reconnects() -> None:
+    """RQ logs an ERROR for each reconnection attempt while Redis is down (every one to
+    sixty seconds): an expected outage, said once a minute at WARNING with a count."""
+    rq_logger = logging.getLogger("rq.worker")
+    if not any(isinstance(f, OutageFilter) for f in rq_logger.filters):
+        rq_logger.addFilter(OutageFilter("could not connect to Redis"))
+
+
 class DeliveryWorker(SimpleWorker):
     # After a Redis outage RQ backs off exponentially (up to 60 s by default) before it
     # dequeues again; the sweeper that rebuilds the schedule runs as an RQ job, so keep
@@ -64,6 +72,10 @@ class DeliveryWorker(SimpleWorker):
         target = connection if connection is not None else getattr(queues[0], "connection", None)
         if target is not None:
             wait_for_redis(target)
+        # An outage's steps (skipped RQ steps, the maintenance and replay timers): one line
+        # a minute for them all, with a count.
+        self._redis_down = OutageLog(logger)
+        _quiet_rq_reconnects()
         super().__init__(queues, *args, connection=connection, **kwargs)
 
     def work(self, *args, **kwargs) -> bool:
@@ -126,7 +138,7 @@ class DeliveryWorker(SimpleWorker):
         try:
             call(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            logger.warning("Redis unavailable, skipped the %s: %s", step, exc)
+            self._redis_down.warn("Redis unavailable, skipped the %s: %s", step, exc)
 
     def unsubscribe(self) -> None:
         # RQ sends UNSUBSCRIBE and then stops its listener thread. The listener can read
@@ -214,7 +226,7 @@ class DeliveryWorker(SimpleWorker):
                         "delivery.upkeep.maintenance.sweep", job_timeout=300, result_ttl=600
                     )
             except redis.RedisError as exc:
-                logger.warning("could not schedule maintenance: %s", exc)
+                self._redis_down.warn("Redis unavailable, skipped the maintenance timer: %s", exc)
             except Exception:
                 logger.exception("maintenance failed; trying again next interval")
             finally:
@@ -237,7 +249,7 @@ class DeliveryWorker(SimpleWorker):
                 if self.engine.scheduler.epoch() is not None:
                     replay_window.feed_replays()
             except redis.RedisError as exc:
-                logger.warning("could not feed replays: %s", exc)
+                self._redis_down.warn("Redis unavailable, skipped feeding replays: %s", exc)
             except Exception:
                 logger.exception("feeding replays failed; trying again next interval")
             finally:

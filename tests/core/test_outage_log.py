@@ -62,3 +62,26 @@ def test_events_accepted_while_redis_is_down_say_so_once(
     assert Delivery.objects.filter(needs_schedule=True).count() == 50
     lines = [r for r in caplog.records if r.name == "delivery.pipeline.enqueueing"]
     assert len(lines) == 1 and "left for the sweeper" in lines[0].getMessage()
+
+
+def test_another_librarys_outage_errors_become_one_warning_a_minute(caplog, monkeypatch) -> None:
+    clock = [50.0]
+    monkeypatch.setattr(outage_log.time, "monotonic", lambda: clock[0])
+    rq_like = logging.getLogger("test.rq.worker")
+    rq_like.addFilter(outage_log.OutageFilter("could not connect to Redis"))
+    with caplog.at_level(logging.INFO, logger="test.rq.worker"):
+        for seconds in (1, 2, 4, 8):
+            rq_like.error("could not connect to Redis instance: refused. retrying in %d s", seconds)
+        rq_like.info("a job finished")  # anything else goes through untouched
+        clock[0] += 61
+        rq_like.error("could not connect to Redis instance: refused. retrying in %d s", 16)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        ("WARNING", "could not connect to Redis instance: refused. retrying in 1 s"),
+        ("INFO", "a job finished"),
+        (
+            "WARNING",
+            "could not connect to Redis instance: refused. retrying in 16 s"
+            " (3 more like it in the last 60 s)",
+        ),
+    ]
