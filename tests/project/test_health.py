@@ -6,10 +6,14 @@ migrations not applied) with 503, and counts the delivery workers that beat."""
 import http.client
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,10 +25,14 @@ from delivery.scheduler import keys
 from delivery.worker import heartbeats
 from project import health
 from project.machine_doors import get_wsgi_application
+from tests import private_postgres
+from tests.delivery_helpers import wait_until
 from tests.ingest import test_ingest_inputs
 from tests.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 gunicorn = test_ingest_inputs.server  # the application under gunicorn, as in production
 
@@ -201,3 +209,73 @@ def test_readyz_follows_a_redis_that_goes_away_and_comes_back(settings, tmp_path
         assert probe("/readyz")[0] == 200
     finally:
         server.stop()
+
+
+def _get(port: int, path: str) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_readyz_follows_a_postgresql_that_goes_away_and_comes_back(redis_conn) -> None:
+    """A PostgreSQL server of the test's own behind gunicorn, with persistent connections:
+    stopped, /readyz names the database at once; started again, it is ready again."""
+    if not private_postgres.available():
+        message = "needs PostgreSQL's initdb and pg_ctl (Debian: postgresql)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    database = private_postgres.PrivatePostgres()
+    database.init()
+    database.start()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database.url,
+        "DB_CONN_MAX_AGE": "60",
+        "READINESS_TIMEOUT_SECONDS": "1",
+        "LOG_LEVEL": "WARNING",
+    }
+    web = None
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+        )
+        build_schedule(redis_conn)
+        port = test_ingest_inputs._free_port()
+        gunicorn = str(Path(sys.executable).parent / "gunicorn")
+        options = ["-w", "1", "--threads", "2", "-b", f"127.0.0.1:{port}", "--log-level", "warning"]
+        web = subprocess.Popen(
+            [gunicorn, "project.wsgi", *options],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert wait_until(lambda: _reachable(port), timeout=30)
+        assert _get(port, "/readyz")[0] == 200
+
+        database.stop()
+        started = time.monotonic()
+        status, body = _get(port, "/readyz")
+        assert status == 503 and not body["checks"]["database"]["ok"], body
+        assert body["checks"]["redis"]["ok"] and body["checks"]["schedule"]["ok"]
+        assert time.monotonic() - started < 2
+        assert _get(port, "/healthz")[0] == 200  # alive all the same
+
+        database.start()
+        assert wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=10)
+    finally:
+        if web is not None:
+            web.terminate()
+            web.wait(10)
+        database.remove()
+
+
+def _reachable(port: int) -> bool:
+    try:
+        return _get(port, "/healthz")[0] == 200
+    except OSError:
+        return False
