@@ -155,3 +155,16 @@ def test_deploy_checks_flag_development_leftovers() -> None:
     output = result.stdout + result.stderr
     for check_id in ("webhooks.W001", "webhooks.W002", "webhooks.W003"):
         assert check_id in output
+
+
+@pytest.mark.django_db
+def test_a_form_refused_for_csrf_says_why_in_the_sites_style() -> None:
+    """Django's own page styles itself inline, which the CSP refuses: ours does not."""
+    answer = Client(enforce_csrf_checks=True).post(
+        reverse("tenants:login"), {"username": "a", "password": "b"}
+    )
+    assert answer.status_code == 403
+    page = answer.content.decode()
+    assert "This form could not be checked" in page and "Nothing was changed" in page
+    assert "<style" not in page and "style=" not in page
+    assert "default-src 'none'" in answer["Content-Security-Policy"]
