@@ -224,6 +224,26 @@ def test_a_megabyte_of_open_brackets_is_quick(client, gen) -> None:
     assert_stored(response, body, lane="fallback", reason="nested too deeply")
 
 
+def shopify_source() -> Source:
+    """A Shopify source keyed on the shop's domain header, with a shared destination."""
+    source = make_source(
+        "shop", secret=KEY, scheme=Source.SHOPIFY, fairness_key="header:X-Shopify-Shop-Domain"
+    )
+    source.destinations.add(make_endpoint(None))
+    return source
+
+
+def post_shopify(client, body: bytes, headers: dict[str, str]):
+    """`body` to the Shopify source, signed, with these headers besides."""
+    return client.generic(
+        "POST",
+        "/ingest/shop/",
+        body,
+        content_type="application/json",
+        headers={"X-Shopify-Hmac-Sha256": signing.shopify(KEY, body), **headers},
+    )
+
+
 @pytest.mark.parametrize(
     "body",
     [b"", b"\xff\xfe", DEEP_ARRAY, b"[1]", b'"x"', b"NaN", b'{"a":1,"a":2}'],
@@ -231,20 +251,8 @@ def test_a_megabyte_of_open_brackets_is_quick(client, gen) -> None:
 )
 def test_odd_bodies_with_the_key_in_a_header_go_to_the_tenant_lane(client, body: bytes) -> None:
     tenant = make_tenant("a.example")
-    source = make_source(
-        "shop", secret=KEY, scheme=Source.SHOPIFY, fairness_key="header:X-Shopify-Shop-Domain"
-    )
-    source.destinations.add(make_endpoint(None))
-    response = client.generic(
-        "POST",
-        "/ingest/shop/",
-        body,
-        content_type="application/json",
-        headers={
-            "X-Shopify-Hmac-Sha256": signing.shopify(KEY, body),
-            "X-Shopify-Shop-Domain": "a.example",
-        },
-    )
+    shopify_source()
+    response = post_shopify(client, body, {"X-Shopify-Shop-Domain": "a.example"})
     event = assert_stored(response, body, lane="tenant")
     assert event.tenant == tenant
 
@@ -264,18 +272,12 @@ def as_wsgi_hands_it_over(text: str, encoding: str = "utf-8") -> str:
 )
 def test_header_values_are_read_as_utf_8(client, shop: str, lane: str, reason: str) -> None:
     tenant = make_tenant("магазин.example")
-    source = make_source(
-        "shop", secret=KEY, scheme=Source.SHOPIFY, fairness_key="header:X-Shopify-Shop-Domain"
-    )
-    source.destinations.add(make_endpoint(None))
+    shopify_source()
     body = b'{"id": 1}'
-    response = client.generic(
-        "POST",
-        "/ingest/shop/",
+    response = post_shopify(
+        client,
         body,
-        content_type="application/json",
-        headers={
-            "X-Shopify-Hmac-Sha256": signing.shopify(KEY, body),
+        {
             "X-Shopify-Shop-Domain": shop,
             "X-Shopify-Topic": as_wsgi_hands_it_over("заказы/create"),
         },
