@@ -16,11 +16,14 @@ def main():
             "available on your PYTHONPATH environment variable? Did you "
             "forget to activate a virtual environment?"
         ) from exc
+    from core import tracing
     from project.launch import local_services
 
     # var/, a development secret key and the embedded Redis, when the environment leaves
     # them to us (settings itself starts and writes nothing).
     with local_services():
+        # Off unless OTEL_* names an exporter (docs/OBSERVABILITY.md, "Traces").
+        tracing.configure_from_environment()
         execute_from_command_line(sys.argv)
 
 

@@ -46,6 +46,7 @@ SETTINGS = (
     "rate_limit_per_second",
     "timeout_seconds",
     "sign_requests",
+    "send_trace_context",
 )
 CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
 
@@ -62,6 +63,9 @@ class EndpointOut(serializers.Serializer):
     rate_limit_per_second = serializers.FloatField(allow_null=True)
     timeout_seconds = serializers.IntegerField()
     sign_requests = serializers.BooleanField()
+    send_trace_context = serializers.BooleanField(
+        help_text="Requests carry the W3C traceparent of the delivery's trace (when traced)."
+    )
     enabled = serializers.BooleanField()
     disabled_reason = serializers.CharField()
     disabled_at = serializers.DateTimeField(allow_null=True)
@@ -94,6 +98,7 @@ def endpoint_out(endpoint: Endpoint) -> dict:
         "rate_limit_per_second": float(rate) if rate else None,
         "timeout_seconds": endpoint.timeout_seconds,
         "sign_requests": endpoint.sign_requests,
+        "send_trace_context": endpoint.send_trace_context,
         "enabled": endpoint.enabled,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": _iso(endpoint.disabled_at),
@@ -127,6 +132,7 @@ class EndpointChange(StrictSerializer):
     )
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=120, required=False)
     sign_requests = serializers.BooleanField(required=False)
+    send_trace_context = serializers.BooleanField(required=False)
 
     def validate_url(self, value: str) -> str:
         try:

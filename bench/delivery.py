@@ -16,6 +16,12 @@
     rq.worker.SimpleWorker` processes; each job loads the Delivery row (with its event
     and endpoint), posts the payload on a per-process pooled session and marks the row
     delivered. No signature, no Attempt row: less work than (a) does.
+(t) traced: (a) with tracing on (core.tracing), every attempt's spans exported over
+    OTLP/HTTP to a stand-in collector on 127.0.0.1 (bench/otlp_sink.py).
+(p) before: (a) run by the workers of an older checkout (--before DIR, e.g. a
+    `git worktree` of the commit before a change), on the same database and backlog:
+    what the change costs with everything else equal. The database is migrated by this
+    checkout, so the older one must be able to read its schema.
 (h) hung: ONE worker of ours (DELIVERY_CONCURRENCY = --concurrency + --hung) drains the
     same backlog twice in one run: alone, then while --hung endpoints (a tenant each,
     max_in_flight=1, timeout 30 s, 2 deliveries each) point at a listener that accepts,
@@ -61,6 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
+from bench.otlp_sink import OtlpSink  # noqa: E402
 from simulation.environment import Workers  # noqa: E402
 
 REDIS_MARKER = "wh:bench-delivery"
@@ -603,7 +610,16 @@ def drain(
     }
 
 
-def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) -> dict:
+def run_ours(
+    opts,
+    receiver,
+    redis_client,
+    deliveries,
+    database_url,
+    workdir,
+    env: dict[str, str] | None = None,
+    root: Path = ROOT,
+) -> dict:
     from core import redis_connection
     from delivery.models import Attempt
     from delivery.pipeline.enqueueing import item_for
@@ -613,7 +629,10 @@ def run_ours(opts, receiver, redis_client, deliveries, database_url, workdir) ->
     clean_redis(opts.redis_url, REDIS_MARKER)
     reset_scheduler()
     receiver.reset()
-    workers = Workers(opts.workers, worker_env(opts, database_url, workdir), workdir, "ours")
+    env = {**(env or {}), "PYTHONPATH": str(root)}
+    workers = Workers(
+        opts.workers, worker_env(opts, database_url, workdir, **env), workdir, "ours", root=root
+    )
     try:
         workers.wait_registered(redis_client, 60)
         cpu_before = workers_cpu(workers)
@@ -884,6 +903,8 @@ def run_hung(opts, receiver, redis_client, deliveries, database_url, workdir) ->
 
 MODE_NAMES = {
     "ours": "(a) ours: DeliveryWorker",
+    "traced": "(t) ours, traced",
+    "before": "(p) ours, --before checkout",
     "bare": "(b) bare requests.Session loop",
     "curl": "(b') bare pycurl multi loop",
     "rq": "(c) one RQ job each",
@@ -934,6 +955,13 @@ def report(rounds: list[dict], opts, database_url: str) -> dict:
     if "ours" in rate and "curl" in rate:
         figures["ours_over_curl"] = round(rate["ours"] / rate["curl"], 3)
         print(f"ours / curl   = {rate['ours'] / rate['curl']:6.1%}   (the HTTP part's ceiling)")
+    for other, label in (("before", "ours / before"), ("traced", "traced / ours")):
+        if "ours" in rate and other in rate:
+            ratio = (
+                rate["ours"] / rate["before"] if other == "before" else rate[other] / rate["ours"]
+            )
+            figures[label.replace(" / ", "_over_")] = round(ratio, 3)
+            print(f"{label:<14}= {ratio:6.1%}")
     if "ours" in rate and "rq" in rate:
         figures["ours_over_rq_job"] = round(rate["ours"] / rate["rq"], 2)
         print(f"ours / rq-job = {rate['ours'] / rate['rq']:6.1f}x   (goal >= 5x)")
@@ -1036,7 +1064,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--modes",
         default="bare,curl,ours,rq",
-        help="which of bare, curl, ours, rq, hung, in this order (default bare,curl,ours,rq)",
+        help="which of bare, curl, ours, traced, before, rq, hung, in this order "
+        "(default bare,curl,ours,rq)",
+    )
+    parser.add_argument(
+        "--before", type=Path, metavar="DIR", help="(p): an older checkout's workers"
     )
     parser.add_argument(
         "--py-spy", metavar="DIR", help="profile (a) and (h)'s two drains with py-spy into DIR"
@@ -1049,6 +1081,7 @@ def main() -> None:
     opts = parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
     receiver = None
+    sink = OtlpSink().__enter__()
     try:
         database_url = prepare_database(opts.database_url, workdir)
         setup_django(database_url, opts.redis_url, workdir)
@@ -1087,9 +1120,15 @@ def main() -> None:
             for mode in opts.modes.split(","):
                 if mode in ("bare", "curl"):
                     r[mode] = run_bare(opts, receiver, redis_client, payload_file, mode)
-                elif mode == "ours":
+                elif mode in ("ours", "traced", "before"):
+                    if mode == "before" and opts.before is None:
+                        sys.exit("mode before needs --before DIR")
+                    variant = {
+                        "traced": {"env": sink.env},
+                        "before": {"root": opts.before.resolve() if opts.before else ROOT},
+                    }.get(mode, {})
                     r[mode] = run_ours(
-                        opts, receiver, redis_client, deliveries, database_url, workdir
+                        opts, receiver, redis_client, deliveries, database_url, workdir, **variant
                     )
                 elif mode == "rq":
                     r[mode] = run_rq_jobs(
@@ -1116,6 +1155,7 @@ def main() -> None:
         if opts.json:
             Path(opts.json).write_text(json.dumps(figures, indent=2) + "\n")
     finally:
+        sink.__exit__()
         if receiver is not None:
             receiver.close()
         if opts.keep:

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ingest_cpu.py --database-url postgres://postgres@127.0.0.1:5432/bench_ingest
     .venv/bin/python bench/ingest_cpu.py --database-url ... --trees /tmp/base,. --rounds 3
+    .venv/bin/python bench/ingest_cpu.py --database-url ... --trees /tmp/base,. --traced
 
 bench/ingest.py measures throughput under gunicorn, which on a shared 2-core machine
 swings with the neighbours. This measures what a change does to the cost of one request,
@@ -17,6 +18,10 @@ middleware included, no HTTP) serially for:
 and reports per request (per event for batches): the child's Python CPU, the CPU of its
 PostgreSQL backend (from /proc/<pg_backend_pid()>/stat; PostgreSQL on this machine only)
 and wall time. The database is seeded by bench/ingest.py's set-up (a database named *bench*).
+
+--traced adds, for the last checkout, a child with tracing on (core.tracing), exporting
+OTLP/HTTP to a stand-in collector on 127.0.0.1 (bench/otlp_sink.py): the cost of tracing
+every request, span encoding and export included.
 """
 
 import argparse
@@ -32,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
 from bench.ingest import REDIS_MARKER, base_env, prepare  # noqa: E402
+from bench.otlp_sink import OtlpSink  # noqa: E402
 
 # Runs in the checkout under test (its cwd), so its code is measured.
 _CHILD = r"""
@@ -115,6 +121,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--tenants", type=int, default=5)
+    parser.add_argument(
+        "--traced", action="store_true", help="also the last checkout with tracing on"
+    )
     opts = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ingest-cpu-"))
     (workdir / "var").mkdir()
@@ -130,22 +139,28 @@ def main() -> None:
     }
     token = prepare(opts, env)
     trees = [str(Path(tree).resolve()) for tree in opts.trees.split(",")]
-    runs: dict[str, list[dict]] = {tree: [] for tree in trees}
-    for round_number in range(1, opts.rounds + 1):
-        for tree in trees:
-            args = [str(opts.requests), str(opts.batches), str(opts.batch_size), token]
-            child = subprocess.run(
-                [sys.executable, "-c", _CHILD, *args],
-                cwd=tree,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            result = json.loads(child.stdout.strip().splitlines()[-1])
-            runs[tree].append(result)
-            load = round(os.getloadavg()[0], 2)
-            print(json.dumps({"tree": tree, "round": round_number, "load_1m": load, **result}))
+    labels = [*trees, *([f"{trees[-1]} traced"] if opts.traced else [])]
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    with OtlpSink() as sink:
+        for round_number in range(1, opts.rounds + 1):
+            for label in labels:
+                tree, traced = label.removesuffix(" traced"), label.endswith(" traced")
+                args = [str(opts.requests), str(opts.batches), str(opts.batch_size), token]
+                child = subprocess.run(
+                    [sys.executable, "-c", _CHILD, *args],
+                    cwd=tree,
+                    env={**env, **(sink.env if traced else {})},
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                result = json.loads(child.stdout.strip().splitlines()[-1])
+                runs[label].append(result)
+                load = round(os.getloadavg()[0], 2)
+                print(json.dumps({"tree": label, "round": round_number, "load_1m": load, **result}))
+        if opts.traced:
+            exports, size = sink.received
+            print(f"the collector stand-in took {exports} exports, {size / 1e6:.1f} MB")
     clean_redis(opts.redis_url, REDIS_MARKER).close()
     print("\nmedian per request (batch: per event), ms of CPU: python + database")
     for tree, results in runs.items():

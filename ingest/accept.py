@@ -23,7 +23,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core import plain_insert, plain_instances, plain_select
+from core import plain_insert, plain_instances, plain_select, tracing
 from core.database import this_connection, vendor
 from core.ids import new_ulid, ulid_time_ms
 from delivery.models import Delivery
@@ -250,6 +250,7 @@ def _new_event(fields: EventFields, received_at: datetime | None = None) -> Even
             "payload": fields["payload"],
             "idempotency_key": fields["idempotency_key"],
             "fallback_reason": reason[:FALLBACK_REASON_LENGTH] if tenant is None else "",
+            "trace_parent": tracing.current_traceparent(),
         },
         {"source": fields["source"], "tenant": tenant},
     )
@@ -273,6 +274,15 @@ def accept_to(
 
 def _store(
     fields: EventFields, endpoints: list[Endpoint], config_version: int | None = None
+) -> Accepted:
+    with tracing.span("webhook.accept"):
+        # The event's stored traceparent is this span's: its deliveries' attempts are
+        # children of the span that accepted it.
+        return _store_traced(fields, endpoints, config_version)
+
+
+def _store_traced(
+    fields: EventFields, endpoints: list[Endpoint], config_version: int | None
 ) -> Accepted:
     source, tenant, idempotency_key = fields["source"], fields["tenant"], fields["idempotency_key"]
     event = _new_event(fields)
@@ -531,6 +541,11 @@ def accept_many(items: list[EventFields]) -> list[Accepted]:
     and the batch is planned again, this time with the look-up (which also finds a key a
     concurrent request stored meanwhile).
     """
+    with tracing.span("webhook.accept", {"webhook.batch_size": len(items)}):
+        return _accept_many(items)
+
+
+def _accept_many(items: list[EventFields]) -> list[Accepted]:
     endpoints = _Endpoints(items)
     for attempt in range(_BULK_ATTEMPTS):
         plan = _plan_batch(items, endpoints, look_up=attempt > 0)

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import SuspiciousOperation, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from core import tracing
 from core.signatures import (
     SignatureError,
     VerificationConfig,
@@ -160,15 +161,17 @@ def _ingest(
         _warn_once_a_minute(source, str(exc))
         return error(401, f"source misconfigured: {exc}; the operator has to fix it")
     try:
-        verify_request(config, request.headers, raw, time.time())
+        with tracing.span("webhook.verify", {"webhook.scheme": source.scheme}):
+            verify_request(config, request.headers, raw, time.time())
     except SignatureError as exc:
         return _refused(lookups, 401, f"signature verification failed: {exc}")
 
     content_type = request.headers.get("Content-Type", "")
-    parsed = parse_body(raw, content_type)
-    tenant, fallback_reason = resolve_tenant(
-        source, _tenant_key(source, request, parsed.json, path), lookups
-    )
+    with tracing.span("webhook.tenant_key"):
+        parsed = parse_body(raw, content_type)
+        tenant, fallback_reason = resolve_tenant(
+            source, _tenant_key(source, request, parsed.json, path), lookups
+        )
     event_type = providers.event_type(source.scheme, request.headers, parsed.json)
     accepted = accept_to(
         destinations_for(source, tenant, event_type, lookups),

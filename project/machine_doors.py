@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 
 MACHINE_PREFIXES = ("/ingest/", "/api/v1/")
+TRACING_MIDDLEWARE = "opentelemetry.instrumentation.django."
 
 
 class _MachineHandler(WSGIHandler):
@@ -25,7 +26,11 @@ class _MachineHandler(WSGIHandler):
         # its own: the machine list stands in for it while this one handler is built,
         # once, at start-up, before any request is served.
         full = settings.MIDDLEWARE
-        settings.MIDDLEWARE = settings.MACHINE_MIDDLEWARE
+        # Tracing's middleware (core.tracing; the Django instrumentation puts it first in
+        # settings.MIDDLEWARE) makes each request's server span: the machine doors'
+        # requests are the ones traced from end to end, so they keep it.
+        traced = [name for name in full if name.startswith(TRACING_MIDDLEWARE)]
+        settings.MIDDLEWARE = [*traced, *settings.MACHINE_MIDDLEWARE]
         try:
             super().load_middleware(is_async)
         finally:

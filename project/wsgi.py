@@ -9,6 +9,7 @@ https://docs.djangoproject.com/en/5.2/howto/deployment/wsgi/
 
 import os
 
+from core import tracing
 from project import launch, machine_doors
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -16,5 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 # it running for the worker processes beside it; production sets REDIS_URL.
 launch.prepare_files()
 launch.start_embedded_redis()
+# Before the handler loads its middleware: the Django instrumentation adds one.
+tracing.configure_from_environment()
 
 application = machine_doors.get_wsgi_application()

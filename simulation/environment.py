@@ -165,7 +165,9 @@ class Workers:
         logdir: Path,
         label: str,
         args: Sequence[str] = ("default", "maintenance"),
+        root: Path = ROOT,
     ) -> None:
+        """`root`: the checkout whose manage.py runs (a benchmark may compare an older one)."""
         self.processes: list[subprocess.Popen] = []
         self.logs: list[IO[str]] = []
         for index in range(count):
@@ -174,7 +176,7 @@ class Workers:
             self.processes.append(
                 subprocess.Popen(
                     [sys.executable, "manage.py", "rqworker", *args],
-                    cwd=ROOT,
+                    cwd=root,
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -96,6 +96,7 @@ class EndpointForm(forms.ModelForm):
             "rate_limit_per_second",
             "timeout_seconds",
             "sign_requests",
+            "send_trace_context",
             "enabled",
             "disabled_reason",
         ]

@@ -167,6 +167,13 @@ class Endpoint(models.Model):
         "receiver that cannot verify: its requests then go out unsigned, and it cannot tell "
         "them from forgeries.",
     )
+    send_trace_context = models.BooleanField(
+        "send trace context",
+        default=False,
+        help_text="Send the W3C traceparent header of the delivery's trace (when the "
+        "platform traces), so the receiver's own spans join the event's trace. Off: the "
+        "receiver learns nothing of the platform's tracing.",
+    )
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=500, blank=True)
     disabled_at = models.DateTimeField(null=True, blank=True)

@@ -148,6 +148,9 @@ class Event(models.Model):
     # NULL, not "": the unique constraints must ignore events that carry no key.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     fallback_reason = models.CharField(max_length=200, blank=True)
+    # The W3C traceparent of the span that accepted the event, while tracing is on: each
+    # delivery attempt's span is its child, across the queue (core.tracing).
+    trace_parent = models.CharField(max_length=55, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-received_at"]

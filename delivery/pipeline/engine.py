@@ -41,9 +41,11 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from core import tracing
 from core.outage_log import OutageLog
 from delivery.models import Delivery
 from delivery.pipeline import sending
+from delivery.pipeline.attempt_trace import AttemptTrace
 from delivery.pipeline.curl_loop import CurlLoop
 from delivery.pipeline.transport import Transport
 from delivery.scheduler import Lease, Scheduler, get_scheduler
@@ -130,6 +132,8 @@ class DeliveryEngine:
         self._recorder: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
+        # Each attempt's spans while tracing is on, by delivery id; empty while off.
+        self._traces: dict[str, AttemptTrace] = {}
         self.sent = 0
 
     def start(self) -> None:
@@ -148,7 +152,7 @@ class DeliveryEngine:
     @staticmethod
     def _spawn(target, name: str) -> threading.Thread:
         # Daemon threads: a cold shutdown must not wait for a hung request.
-        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread = threading.Thread(target=tracing.untraced(target), name=name, daemon=True)
         thread.start()
         return thread
 
@@ -245,6 +249,7 @@ class DeliveryEngine:
         return 0
 
     def _feed(self, room: int) -> None:
+        picked_ns = time.time_ns()
         try:
             picked = self.scheduler.pick(self.worker_id, room)
         except redis.RedisError as exc:
@@ -278,6 +283,7 @@ class DeliveryEngine:
         for done in failed:
             self._done_without_sending(done)
         unloadable = {done.lease.delivery_id for done in failed}
+        tracer, loaded_ns = tracing.tracer(), time.time_ns()
         handed = False
         for lease in picked.leases:
             if lease.delivery_id in unloadable:
@@ -288,6 +294,10 @@ class DeliveryEngine:
             if done is not None:
                 self._done_without_sending(done)
                 continue
+            if tracer is not None:
+                self._traces[lease.delivery_id] = AttemptTrace(
+                    tracer, lease, delivery, picked_ns, loaded_ns
+                )
             with self._room:
                 self._busy += 1
             self._jobs.put((lease, delivery, endpoint_secrets))
@@ -334,7 +344,9 @@ class DeliveryEngine:
             if job is _STOP:
                 return True
             lease, delivery, secrets = job
-            started = sending.start(lease, delivery, secrets, self.transport)
+            trace = self._traces.get(lease.delivery_id) if self._traces else None
+            header = trace.request_started(delivery.endpoint.url) if trace is not None else None
+            started = sending.start(lease, delivery, secrets, self.transport, header)
             if isinstance(started, sending.Finished):  # failed, or nothing to send
                 self._answer(delivery, started)
                 continue
@@ -350,6 +362,10 @@ class DeliveryEngine:
     def _answer(self, delivery: Delivery, finished: sending.Finished) -> None:
         """A request is over (or never started): pause its endpoint if it asked, free its
         endpoint slot, and hand it to the recorder."""
+        if self._traces:
+            trace = self._traces.get(finished.lease.delivery_id)
+            if trace is not None:
+                trace.answered(finished)
         sent = finished.sent
         until = sending.pause_until(sent)
         if until is not None:
@@ -460,8 +476,10 @@ class DeliveryEngine:
         leases = [item.lease for item in group]
         with self._leases_lock:
             self._releasing.update(lease.delivery_id for lease in leases)
+        started_ns, stored = time.time_ns(), False
         try:
             sending.settle(group, self.scheduler)
+            stored = True
             self.sent += sum(item.sent is not None for item in group)
         except redis.RedisError as exc:
             # Recorded in the database, not acknowledged in the schedule: the leases expire
@@ -486,7 +504,16 @@ class DeliveryEngine:
             self._disabling.difference_update(
                 item.sent.delivery.endpoint_id for item in group if sending.disables_endpoint(item)
             )
+            if self._traces:
+                self._end_traces(group, started_ns, stored)
             self._forget(leases)
+
+    def _end_traces(self, group: list[sending.Finished], started_ns: int, stored: bool) -> None:
+        ended_ns = time.time_ns()
+        for item in group:
+            trace = self._traces.pop(item.lease.delivery_id, None)
+            if trace is not None:
+                trace.recorded(item, started_ns, ended_ns, stored)
 
     def _forget(self, leases: list[Lease]) -> None:
         with self._leases_lock:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import redis
 from django.db import transaction
 
+from core import tracing
 from core.outage_log import OutageLog
 from delivery import scheduler
 from delivery.models import Delivery
@@ -87,7 +88,8 @@ def enqueue_now(deliveries: Sequence[Delivery]) -> bool:
     if not deliveries:
         return True
     try:
-        get_scheduler().enqueue(items_for(deliveries))
+        with tracing.span("webhook.enqueue", {"webhook.deliveries": len(deliveries)}):
+            get_scheduler().enqueue(items_for(deliveries))
     except redis.RedisError as exc:
         # With shards, those that answered have their deliveries already: flag the rest
         # only, or the sweeper would enqueue those twice.

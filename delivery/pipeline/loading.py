@@ -27,13 +27,14 @@ from webhooks.models import Event
 # deferred: reading another field would cost a query per row).
 _LOADED_FIELDS = {
     Delivery: ("id", "status", "attempts", "event_id", "endpoint_id"),
-    Event: ("id", "event_type", "content_type", "payload"),
+    Event: ("id", "event_type", "content_type", "payload", "trace_parent"),
     Endpoint: (
         "id",
         "url",
         "enabled",
         "timeout_seconds",
         "sign_requests",
+        "send_trace_context",
         "consecutive_failures",
         "failing_since",
         "last_success_at",

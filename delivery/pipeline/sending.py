@@ -244,15 +244,22 @@ class Outgoing:
 
 
 def start(
-    lease: Lease, delivery: Delivery, secrets: list[str], transport: Transport
+    lease: Lease,
+    delivery: Delivery,
+    secrets: list[str],
+    transport: Transport,
+    traceparent: str | None = None,
 ) -> Outgoing | Finished:
     """Sign and prepare one POST: an Outgoing for the caller to drive, or, when no request
     is to be made, what is Finished already. Never raises: a step that does is this
-    delivery's recorded failure."""
+    delivery's recorded failure. `traceparent`: the request span's W3C traceparent, sent
+    when the endpoint opted in (delivery.pipeline.attempt_trace)."""
     started_at = timezone.now()
     step, headers = HEADERS, {}
     try:
         headers = unsigned_headers(delivery, time.time())
+        if traceparent:
+            headers["traceparent"] = traceparent
         step = SIGN
         sign(headers, delivery, secrets)
         step = SEND
