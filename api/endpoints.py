@@ -25,6 +25,7 @@ from api.problems import Conflict
 from api.schema import errors
 from api.scope import one, tenant_for
 from api.strict import RoundedDecimalField, StrictSerializer, query_flag
+from core import operational
 from core.netguard import validate_destination_url
 from dashboards import endpoint_actions
 from dashboards.endpoint_forms import (
@@ -47,6 +48,7 @@ SETTINGS = (
     "timeout_seconds",
     "sign_requests",
     "send_trace_context",
+    "operational_events",
 )
 CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
 
@@ -65,6 +67,11 @@ class EndpointOut(serializers.Serializer):
     sign_requests = serializers.BooleanField()
     send_trace_context = serializers.BooleanField(
         help_text="Requests carry the W3C traceparent of the delivery's trace (when traced)."
+    )
+    operational_events = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Operational events this endpoint receives instead of its tenant's "
+        "events (docs/OPERATIONAL_EVENTS.md); empty: none.",
     )
     enabled = serializers.BooleanField()
     disabled_reason = serializers.CharField()
@@ -99,6 +106,7 @@ def endpoint_out(endpoint: Endpoint) -> dict:
         "timeout_seconds": endpoint.timeout_seconds,
         "sign_requests": endpoint.sign_requests,
         "send_trace_context": endpoint.send_trace_context,
+        "operational_events": endpoint.operational_filter(),
         "enabled": endpoint.enabled,
         "disabled_reason": endpoint.disabled_reason,
         "disabled_at": _iso(endpoint.disabled_at),
@@ -133,6 +141,16 @@ class EndpointChange(StrictSerializer):
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=120, required=False)
     sign_requests = serializers.BooleanField(required=False)
     send_trace_context = serializers.BooleanField(required=False)
+    operational_events = serializers.ListField(
+        child=serializers.ChoiceField(choices=["*", *operational.TYPES]),
+        max_length=len(operational.TYPES) + 1,
+        required=False,
+        help_text="Operational events to receive instead of the tenant's own events "
+        "(`*`: all); empty: none.",
+    )
+
+    def validate_operational_events(self, value: list[str]) -> str:
+        return ",".join(dict.fromkeys(value))
 
     def validate_url(self, value: str) -> str:
         try:

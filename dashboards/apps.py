@@ -8,6 +8,6 @@ class DashboardsConfig(AppConfig):
     name = "dashboards"
 
     def ready(self) -> None:
-        from dashboards import metrics
+        from dashboards import metrics, pacing_news  # noqa: F401  (pacing_news listens)
 
         metrics.register()

@@ -22,7 +22,7 @@ from tenants.models import AuditEntry, Endpoint, EndpointSecret
 logger = logging.getLogger(__name__)
 
 PORTAL = AuditEntry.Via.PORTAL
-EDITABLE = ("url", "description", "event_types")
+EDITABLE = ("url", "description", "event_types", "operational_events", "send_trace_context")
 TEST_EVENT_TYPE = "webhook.test"
 
 

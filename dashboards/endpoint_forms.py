@@ -3,6 +3,7 @@ where events go and which ones. Caps, rates and weights are the operators' (admi
 
 from django import forms
 
+from core import operational
 from tenants.admin import EndpointForm
 
 MAX_EVENT_TYPES = 50
@@ -16,7 +17,7 @@ class PortalEndpointForm(EndpointForm):
     copied, so the URL passes the very same SSRF check (core.netguard) as in the admin."""
 
     class Meta(EndpointForm.Meta):
-        fields = ["url", "description", "event_types"]
+        fields = ["url", "description", "event_types", "operational_events", "send_trace_context"]
         widgets = {"event_types": forms.Textarea(attrs={"rows": 3})}
 
     def clean_event_types(self) -> str:
@@ -32,6 +33,17 @@ class PortalEndpointForm(EndpointForm):
                 )
         # Stored one way, so the audit trail's old/new values compare like for like.
         return ", ".join(dict.fromkeys(types))
+
+    def clean_operational_events(self) -> str:
+        raw = self.cleaned_data.get("operational_events", "")
+        types = [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
+        unknown = [item for item in types if item != "*" and item not in operational.TYPES]
+        if unknown:
+            raise forms.ValidationError(
+                f"Not an operational event: {', '.join(unknown)}. "
+                f"They are: {', '.join(operational.TYPES)} (or * for all)."
+            )
+        return ",".join(dict.fromkeys(types))
 
 
 class DisableForm(forms.Form):

@@ -234,6 +234,7 @@ class EventFields(TypedDict):
     payload: bytes
     idempotency_key: str | None
     fallback_reason: NotRequired[str]  # why there is no tenant (the fallback lane)
+    to: NotRequired[list[Endpoint]]  # accept_many: these destinations, not the tenant's
 
 
 def _new_event(fields: EventFields, received_at: datetime | None = None) -> Event:
@@ -447,14 +448,20 @@ class _Endpoints:
     """Destinations for many events with one query for all their tenants' endpoints."""
 
     def __init__(self, items: list[EventFields]) -> None:
-        tenant_ids = {item["tenant"].pk for item in items if item["tenant"] is not None}
+        tenant_ids = {
+            item["tenant"].pk for item in items if item["tenant"] is not None and "to" not in item
+        }
         self._by_tenant: dict[int, list[tuple[Endpoint, list[str]]]] = defaultdict(list)
         if tenant_ids:
-            for endpoint in Endpoint.objects.filter(tenant_id__in=tenant_ids).order_by("pk"):
+            # An endpoint for operational events takes none of its tenant's own.
+            endpoints = Endpoint.objects.filter(tenant_id__in=tenant_ids, operational_events="")
+            for endpoint in endpoints.order_by("pk"):
                 self._by_tenant[endpoint.tenant_id].append((endpoint, endpoint.event_type_filter()))
         self._shared: dict[int, list[Endpoint]] = {}
 
     def for_item(self, item: EventFields) -> list[Endpoint]:
+        if "to" in item:
+            return item["to"]
         source, tenant = item["source"], item["tenant"]
         if source is not None:
             if source.pk not in self._shared:

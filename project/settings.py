@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "webhooks",
     "tenants",
     "delivery",
+    "ingest",
     "dashboards",
     "simulation",
     "api",
@@ -299,6 +300,9 @@ RETRY_SCHEDULE_SECONDS = env_float_list(
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2)
 RETRY_AFTER_MAX_SECONDS = env_float("RETRY_AFTER_MAX_SECONDS", 36000)
 ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100, minimum=1)
+# Consecutive failures at which an endpoint counts as failing (operational event
+# endpoint.failing; endpoint.recovered at its next success).
+ENDPOINT_FAILING_AFTER_FAILURES = env_int("ENDPOINT_FAILING_AFTER_FAILURES", 5, minimum=1)
 ENDPOINT_DISABLE_AFTER_DAYS = env_float("ENDPOINT_DISABLE_AFTER_DAYS", 5.0)
 # Outbound requests to loopback/private/link-local addresses are refused unless this is on.
 ALLOW_PRIVATE_DESTINATIONS = env_bool("ALLOW_PRIVATE_DESTINATIONS", False)

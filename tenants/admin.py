@@ -97,6 +97,7 @@ class EndpointForm(forms.ModelForm):
             "timeout_seconds",
             "sign_requests",
             "send_trace_context",
+            "operational_events",
             "enabled",
             "disabled_reason",
         ]

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from core import operational
 from core.signatures import standard_webhooks_key
 from tenants import signals
 
@@ -170,9 +171,20 @@ class Endpoint(models.Model):
     send_trace_context = models.BooleanField(
         "send trace context",
         default=False,
+        db_default=False,  # rows written by the code before it (a rolling upgrade)
         help_text="Send the W3C traceparent header of the delivery's trace (when the "
         "platform traces), so the receiver's own spans join the event's trace. Off: the "
         "receiver learns nothing of the platform's tracing.",
+    )
+    operational_events = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",  # rows written by the code before it (a rolling upgrade)
+        help_text="Operational events this endpoint receives instead of its tenant's "
+        f"events (comma-separated, or * for all): {', '.join(operational.TYPES)}. A "
+        "tenant's endpoint gets those about its own tenant; one without a tenant (the "
+        "operator's) those about every tenant and the platform. Empty: none.",
     )
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=500, blank=True)
@@ -236,8 +248,19 @@ class Endpoint(models.Model):
         ]
 
     def accepts(self, event_type: str) -> bool:
+        """Whether the tenant's own events of this type come here (an endpoint for
+        operational events gets none of them)."""
+        if self.operational_events:
+            return False
         wanted = self.event_type_filter()
         return not wanted or event_type in wanted
+
+    def operational_filter(self) -> list[str]:
+        return [item.strip() for item in self.operational_events.split(",") if item.strip()]
+
+    def receives_operational(self, event_type: str) -> bool:
+        wanted = self.operational_filter()
+        return "*" in wanted or event_type in wanted
 
 
 class EndpointSecret(models.Model):

@@ -34,7 +34,8 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from core import redis_connection
+from core import operational, redis_connection
+from core.operational import Announcement
 from tenants.models import Tenant
 from webhooks.models import Source
 
@@ -268,6 +269,8 @@ def suspend(source: Source, reason: str) -> None:
             source.slug,
             reason,
         )
+        data = {"source": source.slug, "reason": reason[:200], "suspended_at": now.isoformat()}
+        operational.announce([Announcement(operational.SOURCE_KEY_UNBOUNDED, None, data)])
 
 
 def resume(source: Source, *, by: str) -> None:

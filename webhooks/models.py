@@ -150,7 +150,11 @@ class Event(models.Model):
     fallback_reason = models.CharField(max_length=200, blank=True)
     # The W3C traceparent of the span that accepted the event, while tracing is on: each
     # delivery attempt's span is its child, across the queue (core.tracing).
-    trace_parent = models.CharField(max_length=55, blank=True, default="", editable=False)
+    # db_default: the processes still running the code before this column (a rolling
+    # upgrade) insert events without it.
+    trace_parent = models.CharField(
+        max_length=55, blank=True, default="", db_default="", editable=False
+    )
 
     class Meta:
         ordering = ["-received_at"]

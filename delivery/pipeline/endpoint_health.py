@@ -14,6 +14,8 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core import operational
+from core.operational import Announcement, endpoint_data
 from delivery.models import Delivery
 from delivery.pipeline.enqueueing import enqueue_on_commit
 from delivery.pipeline.policy import Action, Decision
@@ -45,7 +47,7 @@ def record_outcomes(outcomes: Sequence[tuple[Endpoint, Decision]], now: datetime
             if decision.action != Action.DISABLE_ENDPOINT and not decision.counts_as_failure:
                 continue
             if succeeded is not None:
-                _reset(pk, now)  # that success ended the failure streak first
+                _reset(succeeded, now)  # that success ended the failure streak first
                 succeeded = None
             failed = True
             if decision.action == Action.DISABLE_ENDPOINT:
@@ -55,7 +57,7 @@ def record_outcomes(outcomes: Sequence[tuple[Endpoint, Decision]], now: datetime
                 disabled[index] = record_failure(endpoint, decision.reason)
         if succeeded is not None:
             if failed:  # the loaded row cannot know about this group's failures
-                _reset(pk, now)
+                _reset(succeeded, now)
             else:
                 record_success(succeeded, now)
     return disabled
@@ -67,14 +69,34 @@ def record_success(endpoint: Endpoint, now: datetime | None = None) -> None:
     stamps = [t for t in (endpoint.last_success_at, _stamped.get(endpoint.pk)) if t is not None]
     stale = not stamps or now - max(stamps) > SUCCESS_STAMP_INTERVAL
     if endpoint.consecutive_failures or endpoint.failing_since or stale:
-        _reset(endpoint.pk, now)
+        _reset(endpoint, now)
 
 
-def _reset(pk: int, now: datetime) -> None:
-    Endpoint.objects.filter(pk=pk).update(
-        consecutive_failures=0, failing_since=None, last_success_at=now
+def _reset(endpoint: Endpoint, now: datetime) -> None:
+    """End the failure streak; an endpoint that counted as failing has recovered."""
+    changes = {"consecutive_failures": 0, "failing_since": None, "last_success_at": now}
+    rows = Endpoint.objects.filter(pk=endpoint.pk)
+    # The row decides, not the loaded copy: another worker's failures may be newer.
+    failing = settings.ENDPOINT_FAILING_AFTER_FAILURES
+    if rows.filter(consecutive_failures__gte=failing).update(**changes):
+        _announce(operational.ENDPOINT_RECOVERED, endpoint, {"recovered_at": now.isoformat()})
+    else:
+        rows.update(**changes)
+    transaction.on_commit(partial(_stamped.__setitem__, endpoint.pk, now))
+
+
+def _announce(event_type: str, endpoint: Endpoint, data: dict) -> None:
+    """Said once per change of state; never of an endpoint that takes operational events
+    itself (its own trouble would be news sent to itself)."""
+    if endpoint.operational_events:
+        return
+    operational.announce(
+        [
+            Announcement(
+                event_type, endpoint.tenant_id, {"endpoint": endpoint_data(endpoint), **data}
+            )
+        ]
     )
-    transaction.on_commit(partial(_stamped.__setitem__, pk, now))
 
 
 def record_failure(endpoint: Endpoint, reason: str) -> bool:
@@ -92,6 +114,16 @@ def record_failure(endpoint: Endpoint, reason: str) -> bool:
     too_long = fresh.failing_since is not None and now - fresh.failing_since >= timedelta(
         days=settings.ENDPOINT_DISABLE_AFTER_DAYS
     )
+    if fresh.consecutive_failures == settings.ENDPOINT_FAILING_AFTER_FAILURES:
+        _announce(
+            operational.ENDPOINT_FAILING,
+            endpoint,
+            {
+                "consecutive_failures": fresh.consecutive_failures,
+                "failing_since": fresh.failing_since.isoformat() if fresh.failing_since else None,
+                "last_error": reason[:500],
+            },
+        )
     if fresh.enabled and (too_many or too_long):
         why = (
             f"{fresh.consecutive_failures} consecutive failures"
@@ -104,9 +136,16 @@ def record_failure(endpoint: Endpoint, reason: str) -> bool:
 
 def disable(endpoint: Endpoint, reason: str) -> bool:
     """Disable with a reason operators can read; True if this call disabled it."""
+    now = timezone.now()
     changed = Endpoint.objects.filter(pk=endpoint.pk, enabled=True).update(
-        enabled=False, disabled_reason=reason[:500], disabled_at=timezone.now()
+        enabled=False, disabled_reason=reason[:500], disabled_at=now
     )
+    if changed:
+        _announce(
+            operational.ENDPOINT_DISABLED,
+            endpoint,
+            {"reason": reason[:500], "disabled_at": now.isoformat()},
+        )
     return bool(changed)
 
 

@@ -26,15 +26,17 @@ from webhooks.models import Event
 # What sending and recording read, per table; the rest of the rows stays unread (and
 # deferred: reading another field would cost a query per row).
 _LOADED_FIELDS = {
-    Delivery: ("id", "status", "attempts", "event_id", "endpoint_id"),
+    Delivery: ("id", "status", "attempts", "event_id", "endpoint_id", "tenant_id"),
     Event: ("id", "event_type", "content_type", "payload", "trace_parent"),
     Endpoint: (
         "id",
+        "tenant_id",
         "url",
         "enabled",
         "timeout_seconds",
         "sign_requests",
         "send_trace_context",
+        "operational_events",
         "consecutive_failures",
         "failing_since",
         "last_success_at",

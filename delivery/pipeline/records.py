@@ -15,7 +15,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from core import plain_insert
+from core import operational, plain_insert
+from core.operational import Announcement, endpoint_data
 from delivery.models import Attempt, Delivery
 from delivery.pipeline import endpoint_health
 from delivery.pipeline.policy import Action, Decision
@@ -69,6 +70,7 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
     ]
     # Built before the transaction: on SQLite it holds the one write lock.
     attempts = plain_insert.prepare_values(Attempt, [_attempt(item) for item in sent])
+    dead: list[Announcement] = []
     with transaction.atomic():
         plain_insert.execute([attempts])
         if delivered_ids:
@@ -84,7 +86,9 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
                 }
                 if status == Delivery.Status.RETRY_SCHEDULED:
                     changes["lane"] = Delivery.Lane.RETRY
-                _open([item.delivery.pk]).update(**changes)
+                changed = _open([item.delivery.pk]).update(**changes)
+                if changed and status == Delivery.Status.DEAD:
+                    dead.extend(_dead_letter(item))
         if held:
             _open([delivery.pk for delivery in held]).update(
                 status=Delivery.Status.HELD, updated_at=now
@@ -92,10 +96,29 @@ def record_many(sent: Sequence[Sent], held: Sequence[Delivery] = ()) -> list[Rec
         disabled = endpoint_health.record_outcomes(
             [(item.delivery.endpoint, item.decision) for item in sent], now
         )
+        operational.announce(dead)  # published if this commits, with one write for all
     return [
         Recorded(status=status, next_attempt_at=next_attempt_at, endpoint_disabled=off)
         for (status, next_attempt_at), off in zip(plans, disabled, strict=True)
     ]
+
+
+def _dead_letter(item: Sent) -> list[Announcement]:
+    """delivery.dead, unless the delivery was itself an operational event's (to an
+    endpoint that takes them): news of its death would go the same way."""
+    delivery = item.delivery
+    if delivery.endpoint.operational_events:
+        return []
+    data = {
+        "delivery_id": delivery.pk,
+        "event_id": delivery.event_id,
+        # A delivery that failed to load is recorded bare (sending.failed_inside): no event.
+        "event_type": delivery.event.event_type if Delivery.event.is_cached(delivery) else "",
+        "endpoint": endpoint_data(delivery.endpoint),
+        "attempts": delivery.attempts + 1,
+        "last_error": item.decision.reason[:500],
+    }
+    return [Announcement(operational.DELIVERY_DEAD, delivery.tenant_id, data)]
 
 
 def _plan(decision: Decision, now: datetime) -> tuple[str, datetime | None]:

@@ -23,7 +23,9 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core import operational
 from core.ids import ulid_floor
+from core.operational import Announcement
 from delivery.models import Delivery, ReplayJob
 from delivery.replays.resend import RESENDABLE, resend
 from tenants import audit
@@ -176,7 +178,9 @@ def feed(job: ReplayJob) -> int:
             pk=job.pk, state=ReplayJob.State.RUNNING, cursor=job.cursor
         )
         if not ids:
-            claim.update(state=ReplayJob.State.FINISHED, finished_at=timezone.now(), last_chunk=[])
+            finished_at = timezone.now()
+            if claim.update(state=ReplayJob.State.FINISHED, finished_at=finished_at, last_chunk=[]):
+                _announce_finished(job, finished_at)
             return 0
         # Claimed by moving the cursor: two sweeps racing feed a chunk once; the loser
         # changes nothing (a cancel in between wins too).
@@ -185,6 +189,18 @@ def feed(job: ReplayJob) -> int:
         sent = resend(Delivery.objects.filter(id__in=ids))
         ReplayJob.objects.filter(pk=job.pk).update(fed=F("fed") + sent)
     return sent
+
+
+def _announce_finished(job: ReplayJob, finished_at: datetime) -> None:
+    data = {
+        "replay_id": job.pk,
+        "filters": job.filters,
+        "matched": job.matched,
+        "sent_again": job.fed,
+        "created_by": job.created_by_name,
+        "finished_at": finished_at.isoformat(),
+    }
+    operational.announce([Announcement(operational.REPLAY_FINISHED, job.tenant_id, data)])
 
 
 def feed_replays() -> dict[str, int]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import redis
 from django.db.models import QuerySet
+from django.dispatch import Signal
 from redis.exceptions import LockError
 from redis.lock import Lock
 
@@ -25,6 +26,8 @@ from delivery.upkeep.sampling import sample_quietly
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
+# Sent once per sweep, after the schedule is repaired; the layers above listen.
+swept = Signal()
 BATCH_SIZE = 1000
 # A rebuild holds a lock for this long, renewed after every batch: a rebuilder that dies
 # frees it this late, and a live one never loses it to a slow batch.
@@ -193,6 +196,11 @@ def sweep() -> dict[str, int]:
         # be enqueued into a schedule still being rebuilt (it is fed next sweep).
         result.update(feed_replays())
     sample_quietly()
+    # The read side judges what changed for the tenants (dashboards.pacing_news); a
+    # receiver's failure is its own, never the sweep's.
+    for _, failure in swept.send_robust(sender=sweep):
+        if isinstance(failure, Exception):
+            logger.warning("a sweep receiver failed: %s", failure)
     # PostgreSQL: the days ahead exist before rows need them (a catalog look a minute).
     result.update(maintain_quietly())
     # Last, in its own short transactions and within RETENTION_SWEEP_SECONDS: history

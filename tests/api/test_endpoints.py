@@ -205,3 +205,21 @@ def test_test_events_are_limited_per_endpoint(acme) -> None:
     answers = [api.post(path).status_code for _ in range(11)]
     assert answers == [202] * 10 + [429]
     assert Delivery.objects.filter(endpoint=endpoint).count() == 10
+
+
+def test_a_tenant_subscribes_an_endpoint_to_its_operational_events(acme, loopback_allowed) -> None:
+    api = Api(tenant_token(acme))
+    made = api.post(
+        "/api/v1/tenants/acme/endpoints",
+        {"url": HOOK, "operational_events": ["delivery.dead", "endpoint.disabled"]},
+    )
+    assert made.status_code == 201, made.json()
+    assert made.json()["operational_events"] == ["delivery.dead", "endpoint.disabled"]
+    path = f"/api/v1/tenants/acme/endpoints/{made.json()['id']}"
+    refused = api.patch(path, {"operational_events": ["tenant.secrets"]})
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"].startswith("operational_events")
+    changed = api.patch(path, {"operational_events": ["*"], "send_trace_context": True}).json()
+    assert (changed["operational_events"], changed["send_trace_context"]) == (["*"], True)
+    assert Endpoint.objects.get().operational_events == "*"
+    assert api.patch(path, {"operational_events": []}).json()["operational_events"] == []

@@ -618,3 +618,34 @@ def test_the_audit_trail_reads_as_changes_not_json(client, shop) -> None:
     assert f"Description: {ep.description} → {long_description.strip()}" in page
     assert "<li>Overlap hours: 6</li>" in page
     assert '{"' not in page  # no raw JSON
+
+
+def test_an_admin_turns_an_endpoint_to_operational_events_and_it_is_audited(client, settings, shop):
+    settings.ALLOW_PRIVATE_DESTINATIONS = True  # the fixture's URL; nothing is sent
+    client.force_login(shop["admin"])
+    edit = url("endpoint", shop["a"], shop["ep"].pk)
+    page = client.get(edit).content.decode()
+    assert 'name="operational_events"' in page and 'name="send_trace_context"' in page
+    fields = {"url": "http://127.0.0.1:9/a-one", "description": "main", "event_types": ""}
+    bad = client.post(edit, {**fields, "operational_events": "delivery.dead, tenant.secrets"})
+    assert (
+        bad.status_code == 400
+        and "Not an operational event: tenant.secrets" in bad.content.decode()
+    )
+    done = client.post(
+        edit,
+        {
+            **fields,
+            "operational_events": "delivery.dead\nendpoint.disabled",
+            "send_trace_context": "on",
+        },
+    )
+    assert done.status_code == 302
+    ep = Endpoint.objects.get(pk=shop["ep"].pk)
+    assert ep.operational_filter() == ["delivery.dead", "endpoint.disabled"]
+    assert ep.send_trace_context and not ep.accepts("order.created")
+    entry = AuditEntry.objects.get(action=Action.ENDPOINT_CHANGED)
+    assert entry.detail["new"] == {
+        "operational_events": "delivery.dead,endpoint.disabled",
+        "send_trace_context": True,
+    }

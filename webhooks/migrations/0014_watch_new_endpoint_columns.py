@@ -1,8 +1,10 @@
-"""The configuration's version watches the endpoint's new column (send_trace_context).
+"""The configuration's version watches the endpoint's new columns.
+
+send_trace_context and operational_events (tenants 0009).
 
 A column added to a watched table (0006) must be in its triggers' `UPDATE OF` list, and on
 SQLite adding it rebuilt the table, which dropped its triggers: both are re-created here
-for tenants_endpoint, as 0006 (SQLite) and 0010 (PostgreSQL) made them, with the column.
+for tenants_endpoint, as 0006 (SQLite) and 0010 (PostgreSQL) made them, with the columns.
 A later column added to a watched table calls `recreate` with its own list.
 """
 
@@ -13,7 +15,7 @@ from django.db import migrations
 v0006 = importlib.import_module("webhooks.migrations.0006_config_version")
 
 TABLE = "tenants_endpoint"
-COLUMNS = [*v0006.COLUMNS[TABLE], "send_trace_context"]
+COLUMNS = [*v0006.COLUMNS[TABLE], "send_trace_context", "operational_events"]
 
 
 def _watched(columns: list[str], table: str) -> str:
@@ -63,7 +65,7 @@ def backwards(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [
         ("webhooks", "0013_trace_context"),
-        ("tenants", "0009_trace_context"),
+        ("tenants", "0009_endpoint_tracing_and_operational_events"),
     ]
 
     operations = [migrations.RunPython(forwards, backwards)]
