@@ -22,7 +22,7 @@ def main():
     # var/, a development secret key and the embedded Redis, when the environment leaves
     # them to us (settings itself starts and writes nothing).
     with local_services():
-        # Off unless OTEL_* names an exporter (docs/OBSERVABILITY.md, "Traces").
+        # Off unless OTEL_* names an exporter (docs/DEPLOY.md, "Traces").
         tracing.configure_from_environment()
         execute_from_command_line(sys.argv)
 

@@ -4,6 +4,7 @@
     .venv/bin/python bench/ingest.py --database-url postgres://postgres@127.0.0.1:5432/bench_ingest
     .venv/bin/python bench/ingest.py --rates 100,200,300 --duration 20 --json out.json
     .venv/bin/python bench/ingest.py --floor-rates 400,800,1200 --skip-batch   # with the floor
+    .venv/bin/python bench/ingest.py --rates 200,400 --traced   # then again, traced
 
 What it does:
 
@@ -30,7 +31,10 @@ What it does:
    (c) the batch publish API: B clients send `{"events": [...]}` of S events each
    (each with an idempotency key) in a closed loop; reported: events/s over the wall
    time, per-request latency.
-5. --json PATH writes single_per_s (acknowledged/s at the highest offered rate whose p99,
+5. --traced: the same runs again on a second gunicorn with tracing on (core.tracing),
+   exporting OTLP/HTTP to a stand-in collector on 127.0.0.1 (bench/otlp_sink.py);
+   its summary is under "traced".
+6. --json PATH writes single_per_s (acknowledged/s at the highest offered rate whose p99,
    and every lower rate's, is within --p99-goal-ms; else at the lowest rate),
    single_p99_ms (its p99), floor_404_per_s (the same rule over the 404 runs),
    single_to_floor (their ratio) and batch_events_per_s, plus every run's figures.
@@ -67,6 +71,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dedicated import clean_redis, prepare_database  # noqa: E402
+from bench.otlp_sink import OtlpSink  # noqa: E402
 
 REDIS_MARKER = "wh:bench-ingest"
 SOURCE_SLUG = "shop"
@@ -453,6 +458,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-single", action="store_true")
     parser.add_argument("--skip-batch", action="store_true")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="then the same with tracing on, exporting to a stand-in collector (bench/otlp_sink.py)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, SQLite)")
     return parser.parse_args()
 
@@ -483,24 +493,8 @@ def summary(single: list[dict], floor: list[dict], batch: dict | None, goal_ms: 
     return out
 
 
-def main() -> None:
-    opts = parse_args()
-    load_at_start = round(os.getloadavg()[0], 2)
-    workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
-    (workdir / "var").mkdir()
-    database_url = prepare_database(opts.database_url, workdir)
-    clean_redis(opts.redis_url, REDIS_MARKER).close()
-    env = base_env(database_url, opts.redis_url, workdir)
-    print(f"database {database_url.split('@')[-1]}, redis {opts.redis_url}", flush=True)
-    token = prepare(opts, env)
-    keeper = None
-    if database_url.startswith("sqlite") and not opts.no_hold_db:
-        # A deployment runs delivery workers, whose threads keep the database open. Without
-        # any other connection, the web process's per-request connection (CONN_MAX_AGE is 0
-        # for SQLite) is the last one to close, and SQLite then checkpoints and deletes the
-        # WAL on every request: that is not the production shape, so hold one open.
-        keeper = sqlite3.connect(database_url.removeprefix("sqlite:///"))
-        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()
+def measure(opts, env: dict, workdir: Path, token: str) -> tuple[list, list, dict | None]:
+    """One gunicorn started with `env`: the single-event rates, the floor, the batches."""
     server, port = start_server(opts, env, workdir)
     print(
         f"gunicorn -k gthread -w {opts.workers} --threads {opts.threads} on port {port}",
@@ -530,12 +524,44 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(10)
+    return single, floor, batch
+
+
+def main() -> None:
+    opts = parse_args()
+    load_at_start = round(os.getloadavg()[0], 2)
+    workdir = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    (workdir / "var").mkdir()
+    database_url = prepare_database(opts.database_url, workdir)
+    clean_redis(opts.redis_url, REDIS_MARKER).close()
+    env = base_env(database_url, opts.redis_url, workdir)
+    print(f"database {database_url.split('@')[-1]}, redis {opts.redis_url}", flush=True)
+    token = prepare(opts, env)
+    keeper = None
+    if database_url.startswith("sqlite") and not opts.no_hold_db:
+        # A deployment runs delivery workers, whose threads keep the database open. Without
+        # any other connection, the web process's per-request connection (CONN_MAX_AGE is 0
+        # for SQLite) is the last one to close, and SQLite then checkpoints and deletes the
+        # WAL on every request: that is not the production shape, so hold one open.
+        keeper = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    single, floor, batch = measure(opts, env, workdir, token)
+    traced = None
+    if opts.traced:
+        with OtlpSink() as sink:
+            print("the same, traced (OTLP/HTTP to a stand-in collector on 127.0.0.1)", flush=True)
+            traced_single, traced_floor, traced_batch = measure(
+                opts, {**env, **sink.env}, workdir, token
+            )
+            traced = summary(traced_single, traced_floor, traced_batch, opts.p99_goal_ms)
+            traced.update(single=traced_single, batch=traced_batch, exports=sink.received[0])
     results = {
         **summary(single, floor, batch, opts.p99_goal_ms),
         "goals": {"single_p99_ms": opts.p99_goal_ms, "batch_events_per_s": BATCH_GOAL_PER_S},
         "single": single,
         "floor_404": floor,
         "batch": batch,
+        "traced": traced,
         "server": f"gunicorn -k gthread -w {opts.workers} --threads {opts.threads}",
         "database": "postgresql" if database_url.startswith("postgres") else "sqlite",
         "sqlite_held_open": keeper is not None,
@@ -548,7 +574,11 @@ def main() -> None:
     }
     print(
         json.dumps(
-            {key: results[key] for key in results if key not in ("single", "floor_404", "batch")}
+            {
+                key: results[key]
+                for key in results
+                if key not in ("single", "floor_404", "batch", "traced")
+            }
         )
     )
     if opts.json:

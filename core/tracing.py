@@ -11,7 +11,7 @@ On, the well-kept instrumentations trace what they know (Django's requests, psyc
 statements, redis-py's commands) and the platform adds its own spans: ingest's steps and,
 per delivery attempt, one span that is a child of the span that accepted the event (its
 W3C traceparent is stored with the event), so an event's trace runs from the provider's
-POST to each attempt across the queue (docs/OBSERVABILITY.md, "Traces").
+POST to each attempt across the queue (docs/DEPLOY.md, "Traces").
 """
 
 from __future__ import annotations
