@@ -14,11 +14,12 @@ slower with every day of history kept; bench/history.py). Their ids as constants
 it to the days they are in.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
+from core import tracing
 from delivery.models import Delivery
 from tenants.models import Endpoint
 from webhooks.models import Event
@@ -50,8 +51,9 @@ class _Part:
     """One model's share of the SELECT: its loaded fields in the model's field order (as
     from_db takes them), their qualified columns, and the converters some of them need."""
 
-    def __init__(self, model: type[models.Model]) -> None:
-        fields = [f for f in model._meta.concrete_fields if f.attname in _LOADED_FIELDS[model]]
+    def __init__(self, model: type[models.Model], skip: Collection[str] = ()) -> None:
+        wanted = set(_LOADED_FIELDS[model]) - set(skip)
+        fields = [f for f in model._meta.concrete_fields if f.attname in wanted]
         quote, table = connection.ops.quote_name, model._meta.db_table
         self.model = model
         self.names = [f.attname for f in fields]
@@ -89,8 +91,10 @@ class _Part:
 class _Plan:
     """The two SELECTs (deliveries joined to their endpoint; events) for a database."""
 
-    def __init__(self) -> None:
-        self.parts = [_Part(Delivery), _Part(Event), _Part(Endpoint)]
+    def __init__(self, traced: bool) -> None:
+        # The event's traceparent is read only by a traced attempt (attempt_trace).
+        untraced = () if traced else ("trace_parent",)
+        self.parts = [_Part(Delivery), _Part(Event, skip=untraced), _Part(Endpoint)]
         delivery, event, endpoint = self.parts
         quote = connection.ops.quote_name
 
@@ -114,7 +118,7 @@ class _Plan:
         self.event_at = delivery.names.index("event_id")
 
 
-_PLANS: dict[str, _Plan] = {}
+_PLANS: dict[tuple[str, bool], _Plan] = {}
 
 
 def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
@@ -125,7 +129,8 @@ def load_many(delivery_ids: Sequence[str]) -> dict[str, Delivery]:
     # The connection itself, looked up once: each attribute read through the
     # `connection` proxy is a thread-local lookup, and the loop below runs per row.
     wrapper = connections[DEFAULT_DB_ALIAS]
-    plan = _PLANS.get(wrapper.vendor) or _PLANS.setdefault(wrapper.vendor, _Plan())
+    key = (wrapper.vendor, tracing.enabled())
+    plan = _PLANS.get(key) or _PLANS.setdefault(key, _Plan(key[1]))
     ids = list(set(delivery_ids))
     alias = wrapper.alias
     (delivery_part, event_part, endpoint_part) = plan.parts
