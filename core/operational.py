@@ -12,6 +12,10 @@ from typing import Any
 
 from django.dispatch import Signal
 
+# The platform's own tenant, whose lane the operational events wait in (ingest.operational).
+# Reserved: no provider's key or publisher may name it.
+TENANT_KEY = "fairhooks.operational"
+
 ENDPOINT_DISABLED = "endpoint.disabled"
 ENDPOINT_FAILING = "endpoint.failing"
 ENDPOINT_RECOVERED = "endpoint.recovered"

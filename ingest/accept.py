@@ -23,7 +23,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core import plain_insert, plain_instances, plain_select, tracing
+from core import operational, plain_insert, plain_instances, plain_select, tracing
 from core.database import this_connection, vendor
 from core.ids import new_ulid, ulid_time_ms
 from delivery.models import Delivery
@@ -149,6 +149,8 @@ def resolve_tenant(
     """(tenant, fallback reason). Unknown keys register a tenant only if the source allows it."""
     if key.value is None:
         return None, key.missing_reason or "no fairness key configured"
+    if key.value == operational.TENANT_KEY:
+        return None, f"the tenant key {operational.TENANT_KEY} is the platform's own"
     tenant = tenant_by_key(key.value, lookups)
     key_hygiene.note_key(source, key.value, known=tenant is not None)
     if tenant is not None:

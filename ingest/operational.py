@@ -21,12 +21,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core import operational
 from core.operational import Announcement, announced
 from ingest.accept import EventFields, accept_many
 from tenants.models import Endpoint, Tenant
 
 logger = logging.getLogger(__name__)
-OPERATIONAL_TENANT_KEY = "fairhooks.operational"
+OPERATIONAL_TENANT_KEY = operational.TENANT_KEY
 
 
 def operational_tenant() -> Tenant:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from core import operational
 from ingest.accept import Accepted, accept, accept_many, accept_to
 from ingest.catalogue import Catalogue, catalogue_for
 from tenants.models import Endpoint, Tenant
@@ -108,6 +109,9 @@ def validate(
         tenant = Tenant.objects.filter(key=key.strip()).first()
     if tenant is None or (allowed_tenant is not None and tenant.pk != allowed_tenant.pk):
         raise PublishError(f"{prefix}tenant", f"unknown tenant {key.strip()[:100]!r}")
+    if tenant.key == operational.TENANT_KEY:
+        # Its events are the platform's news (ingest.operational): none may be forged.
+        raise PublishError(f"{prefix}tenant", "the platform's own tenant takes no published events")
     event_type = raw.get("event_type")
     if not isinstance(event_type, str) or not event_type.strip():
         raise PublishError(f"{prefix}event_type", "required: a non-empty string")

@@ -7,8 +7,10 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
+from core import operational
 from core.admin_cells import changelist_link, clipped
 from core.admin_readonly import EvidenceAdmin
 from core.netguard import validate_destination_url
@@ -115,6 +117,22 @@ class EndpointForm(forms.ModelForm):
         return cleaned
 
 
+def _announce_disabled(endpoint: Endpoint, operator) -> None:
+    """endpoint.disabled for a disable made in this form (the workers' and the portal's
+    go through delivery.pipeline.endpoint_health), published if the save commits."""
+    if endpoint.operational_events:
+        return  # no news about an endpoint that takes the news itself
+    reason = endpoint.disabled_reason or f"Disabled in the admin by {operator.get_username()}"
+    data = {
+        "endpoint": operational.endpoint_data(endpoint),
+        "reason": reason[:500],
+        "disabled_at": (endpoint.disabled_at or timezone.now()).isoformat(),
+    }
+    operational.announce(
+        [operational.Announcement(operational.ENDPOINT_DISABLED, endpoint.tenant_id, data)]
+    )
+
+
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
@@ -154,6 +172,8 @@ class EndpointAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj: Endpoint, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
+        if change and "enabled" in form.changed_data and not obj.enabled:
+            _announce_disabled(obj, request.user)
         # The tenant's admins read the same trail as operators: an operator's change to
         # their endpoint is theirs to see too (values only; secrets are inline rows).
         fields = form.changed_data if change else [f for f in form.fields if f in form.cleaned_data]

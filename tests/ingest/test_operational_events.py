@@ -240,3 +240,52 @@ def test_a_tenant_held_to_its_share_is_paced_once_and_caught_up_once_drained(
     [paced] = operational_events(acme_ops)[:1]
     assert paced["tenant"] == "acme" and paced["data"]["status"] == "paced"
     assert paced["data"]["queued"] == 5 and paced["data"]["other_tenants_waiting"] == 1
+
+
+def test_the_platforms_own_tenant_key_is_reserved() -> None:
+    """No provider's key reaches the operational lane and no publisher forges its news."""
+    from ingest.accept import resolve_tenant
+    from ingest.operational import operational_tenant
+    from ingest.publish import PublishError
+    from ingest.publish import publish as publish_event
+    from webhooks.fairness_key import KeyResult
+
+    operational_tenant()  # it exists once any news was published
+    source = make_source("shop", auto_register_tenants=True)
+    tenant, reason = resolve_tenant(source, KeyResult(OPERATIONAL_TENANT_KEY))
+    assert tenant is None and "platform's own" in reason
+    with pytest.raises(PublishError, match="platform's own tenant"):
+        publish_event(OPERATIONAL_TENANT_KEY, "endpoint.disabled", {"forged": True})
+    assert not Event.objects.exists()
+
+
+def test_an_endpoint_disabled_in_the_admin_is_announced(staff_client) -> None:
+    from django.urls import reverse
+
+    operator = make_endpoint(None, operational_events="endpoint.disabled")
+    endpoint = make_endpoint(make_tenant("acme"), "http://127.0.0.1:9/hook", sign_requests=False)
+    form = {
+        "tenant": endpoint.tenant_id,
+        "url": endpoint.url,
+        "description": "",
+        "event_types": "",
+        "max_in_flight": 4,
+        "retry_max_in_flight": 1,
+        "rate_limit_per_second": "",
+        "timeout_seconds": 30,
+        "operational_events": "",
+        "disabled_reason": "customer asked us to stop",
+        "secrets-TOTAL_FORMS": 0,
+        "secrets-INITIAL_FORMS": 0,
+        "secrets-MIN_NUM_FORMS": 0,
+        "secrets-MAX_NUM_FORMS": 1000,
+    }
+    url = reverse("admin:tenants_endpoint_change", args=[endpoint.pk])
+    answer = staff_client.post(url, form)  # "enabled" left out: unchecked
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert not Endpoint.objects.get(pk=endpoint.pk).enabled
+    [body] = operational_events(operator)
+    assert body["type"] == "endpoint.disabled"
+    assert body["data"]["reason"] == "customer asked us to stop"
+    assert staff_client.post(url, form).status_code == 302  # still disabled: no news
+    assert len(operational_events(operator)) == 1
