@@ -14,7 +14,10 @@ context, and a worker's libcurl loop drives hundreds of attempts on one thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -29,6 +32,32 @@ if TYPE_CHECKING:
     from delivery.models import Delivery
     from delivery.pipeline.sending import Finished
     from delivery.scheduler import Lease
+
+logger = logging.getLogger(__name__)
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _never_raises(method: _Method) -> _Method:
+    """A trace is no delivery's business: whatever making a span raises (an odd URL, an
+    exporter's bug) is logged, and the delivery goes on untraced."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            logger.exception("tracing %s failed; the delivery goes on", method.__name__)
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+@_never_raises
+def begin(
+    tracer: Tracer, lease: Lease, delivery: Delivery, picked_ns: int, loaded_ns: int
+) -> AttemptTrace | None:
+    """The attempt's spans, or None if they cannot be made (it goes on untraced)."""
+    return AttemptTrace(tracer, lease, delivery, picked_ns, loaded_ns)
 
 
 class AttemptTrace:
@@ -62,10 +91,15 @@ class AttemptTrace:
         )
         self.request: Span | None = None
 
+    @_never_raises
     def request_started(self, url: str) -> str | None:
         """Start the request's span; its traceparent for the request's headers when the
         endpoint wants one, else None."""
         target = urlsplit(url)
+        try:
+            port = target.port or (443 if target.scheme == "https" else 80)
+        except ValueError:  # not a port: the transport says so as the attempt's error
+            port = 0
         self.request = self._tracer.start_span(
             "POST",
             context=self._context,
@@ -74,7 +108,7 @@ class AttemptTrace:
                 "http.request.method": "POST",
                 # Host and path only: a URL's query may carry the receiver's secret.
                 "server.address": target.hostname or "",
-                "server.port": target.port or (443 if target.scheme == "https" else 80),
+                "server.port": port,
                 "url.scheme": target.scheme,
                 "url.path": target.path or "/",
             },
@@ -83,6 +117,7 @@ class AttemptTrace:
             return None
         return tracing.traceparent_of(self.request.get_span_context())
 
+    @_never_raises
     def answered(self, finished: Finished) -> None:
         """The request is over (or never started: a failure before it, recorded as such)."""
         if self.request is None:
@@ -97,6 +132,7 @@ class AttemptTrace:
                 self.request.set_status(Status(StatusCode.ERROR, result.error or None))
         self.request.end()
 
+    @_never_raises
     def recorded(self, finished: Finished, started_ns: int, ended_ns: int, stored: bool) -> None:
         """Recorded (`stored`) or not, the attempt is over for this worker."""
         span = self._tracer.start_span(

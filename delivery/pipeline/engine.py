@@ -44,7 +44,7 @@ from django.db import close_old_connections, connection
 from core import tracing
 from core.outage_log import OutageLog
 from delivery.models import Delivery
-from delivery.pipeline import sending
+from delivery.pipeline import attempt_trace, sending
 from delivery.pipeline.attempt_trace import AttemptTrace
 from delivery.pipeline.curl_loop import CurlLoop
 from delivery.pipeline.transport import Transport
@@ -295,9 +295,9 @@ class DeliveryEngine:
                 self._done_without_sending(done)
                 continue
             if tracer is not None:
-                self._traces[lease.delivery_id] = AttemptTrace(
-                    tracer, lease, delivery, picked_ns, loaded_ns
-                )
+                trace = attempt_trace.begin(tracer, lease, delivery, picked_ns, loaded_ns)
+                if trace is not None:
+                    self._traces[lease.delivery_id] = trace
             with self._room:
                 self._busy += 1
             self._jobs.put((lease, delivery, endpoint_secrets))

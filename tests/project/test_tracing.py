@@ -222,3 +222,30 @@ def test_the_production_application_traces_the_machine_doors_light_stack(spans) 
     steps = by_name(finished, "webhook.accept") + by_name(finished, "webhook.verify")
     assert {s.context.trace_id for s in steps} == {server.context.trace_id}
     assert {s.parent.span_id for s in steps} == {server.context.span_id}
+
+
+def test_a_span_that_cannot_be_made_never_stops_a_delivery(
+    client, engine, spans, monkeypatch
+) -> None:
+    def broken(context) -> str:
+        raise RuntimeError("an exporter's bug")
+
+    monkeypatch.setattr(tracing, "traceparent_of", broken)
+    with Recorder() as receiver:
+        shop_source_to(receiver.url + "/hook", send_trace_context=True)
+        # Ingest makes the event's traceparent with the same function: this test breaks
+        # only the worker's.
+        monkeypatch.setattr(tracing, "current_traceparent", lambda: "")
+        assert post_signed(client, b'{"id": 6}').status_code == 202
+        engine()
+        [request] = receiver.wait_for(1)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 1})
+    assert "traceparent" not in request.headers
+    # An odd port is the transport's to refuse, not the trace's.
+    with Recorder() as receiver:
+        odd = make_endpoint(None, "http://127.0.0.1:99999/hook")
+        Source.objects.get().destinations.set([odd])
+        assert post_signed(client, b'{"id": 7}').status_code == 202
+        assert wait_until(
+            lambda: Delivery.objects.filter(endpoint=odd).exclude(attempts=0).exists()
+        )
