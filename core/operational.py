@@ -42,15 +42,23 @@ announced = Signal()
 @dataclass(frozen=True)
 class Announcement:
     event_type: str
-    tenant_id: (
-        int | None
-    )  # whose it is: that tenant's endpoints may subscribe; None: the operator's alone
+    # Whose it is: that tenant's endpoints may subscribe; None: the operator's alone.
+    tenant_id: int | None
     data: dict[str, Any]
 
 
 def announce(announcements: Sequence[Announcement]) -> None:
     if announcements:
         announced.send(sender=Announcement, announcements=list(announcements))
+
+
+def announce_endpoint(event_type: str, endpoint: Any, data: dict[str, Any]) -> None:
+    """News about one endpoint, with the endpoint in `data`; never about an endpoint that
+    takes operational events itself (its own trouble would be news sent to itself)."""
+    if endpoint.operational_events:
+        return
+    body = {"endpoint": endpoint_data(endpoint), **data}
+    announce([Announcement(event_type, endpoint.tenant_id, body)])
 
 
 def endpoint_data(endpoint: Any) -> dict[str, Any]:

@@ -120,17 +120,12 @@ class EndpointForm(forms.ModelForm):
 def _announce_disabled(endpoint: Endpoint, operator) -> None:
     """endpoint.disabled for a disable made in this form (the workers' and the portal's
     go through delivery.pipeline.endpoint_health), published if the save commits."""
-    if endpoint.operational_events:
-        return  # no news about an endpoint that takes the news itself
     reason = endpoint.disabled_reason or f"Disabled in the admin by {operator.get_username()}"
     data = {
-        "endpoint": operational.endpoint_data(endpoint),
         "reason": reason[:500],
         "disabled_at": (endpoint.disabled_at or timezone.now()).isoformat(),
     }
-    operational.announce(
-        [operational.Announcement(operational.ENDPOINT_DISABLED, endpoint.tenant_id, data)]
-    )
+    operational.announce_endpoint(operational.ENDPOINT_DISABLED, endpoint, data)
 
 
 @admin.register(Endpoint)

@@ -15,7 +15,6 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core import operational
-from core.operational import Announcement, endpoint_data
 from delivery.models import Delivery
 from delivery.pipeline.enqueueing import enqueue_on_commit
 from delivery.pipeline.policy import Action, Decision
@@ -79,24 +78,12 @@ def _reset(endpoint: Endpoint, now: datetime) -> None:
     # The row decides, not the loaded copy: another worker's failures may be newer.
     failing = settings.ENDPOINT_FAILING_AFTER_FAILURES
     if rows.filter(consecutive_failures__gte=failing).update(**changes):
-        _announce(operational.ENDPOINT_RECOVERED, endpoint, {"recovered_at": now.isoformat()})
+        operational.announce_endpoint(
+            operational.ENDPOINT_RECOVERED, endpoint, {"recovered_at": now.isoformat()}
+        )
     else:
         rows.update(**changes)
     transaction.on_commit(partial(_stamped.__setitem__, endpoint.pk, now))
-
-
-def _announce(event_type: str, endpoint: Endpoint, data: dict) -> None:
-    """Said once per change of state; never of an endpoint that takes operational events
-    itself (its own trouble would be news sent to itself)."""
-    if endpoint.operational_events:
-        return
-    operational.announce(
-        [
-            Announcement(
-                event_type, endpoint.tenant_id, {"endpoint": endpoint_data(endpoint), **data}
-            )
-        ]
-    )
 
 
 def record_failure(endpoint: Endpoint, reason: str) -> bool:
@@ -115,7 +102,7 @@ def record_failure(endpoint: Endpoint, reason: str) -> bool:
         days=settings.ENDPOINT_DISABLE_AFTER_DAYS
     )
     if fresh.consecutive_failures == settings.ENDPOINT_FAILING_AFTER_FAILURES:
-        _announce(
+        operational.announce_endpoint(
             operational.ENDPOINT_FAILING,
             endpoint,
             {
@@ -141,7 +128,7 @@ def disable(endpoint: Endpoint, reason: str) -> bool:
         enabled=False, disabled_reason=reason[:500], disabled_at=now
     )
     if changed:
-        _announce(
+        operational.announce_endpoint(
             operational.ENDPOINT_DISABLED,
             endpoint,
             {"reason": reason[:500], "disabled_at": now.isoformat()},
