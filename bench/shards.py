@@ -36,7 +36,7 @@ run, side by side, says whether a change made the scripts cheaper.
 """
 
 import argparse
-import importlib.util
+import importlib
 import json
 import multiprocessing
 import random
@@ -46,6 +46,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import redis
 
@@ -212,16 +213,23 @@ def script_counts(conn: redis.Redis) -> tuple[int, int, int]:
     return sum(stats.get(k, {}).get("usec", 0) for k in SCRIPT_CALLS), inner, calls
 
 
+def _other_module(other: Path, name: str) -> ModuleType:
+    """Module `name` of the other checkout's delivery/scheduler, loaded as a package of its
+    own ("other_scheduler"), so that its relative imports (scripts.py reads protocol.py)
+    find that checkout's files, not this one's."""
+    if "other_scheduler" not in sys.modules:
+        package = ModuleType("other_scheduler")
+        package.__path__ = [str(other / "delivery" / "scheduler")]
+        sys.modules["other_scheduler"] = package
+    return importlib.import_module(f"other_scheduler.{name}")
+
+
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
     checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
     checkout's, on the same workload, interleaved call by call on one server: each call's
     server time in scripts and commands go to its version's account."""
-    spec = importlib.util.spec_from_file_location(
-        "other_scripts", other / "delivery" / "scheduler" / "scripts.py"
-    )
-    other_scripts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(other_scripts)
+    other_scripts = _other_module(other, "scripts")
     before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
     before._scripts = other_scripts.register_all(conn)
     if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():

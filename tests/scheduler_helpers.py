@@ -90,6 +90,8 @@ def check_invariants(sched: Scheduler) -> Counter:
         for t in strings(r.zrange(f"{prefix}park:{e}:{k}", 0, -1)):
             parked[(t, e, k)] += 1
     places = in_rotation + parked
+    listed = set(strings(r.smembers(prefix + "parked")))
+    assert {e for _, e, _ in parked} <= listed, "an endpoint with parked lanes is not listed"
     assert set(places) == set(lanes), "a lane is lost, or listed while empty"
     assert max(places.values(), default=1) == 1, "a lane is listed twice"
 
@@ -126,9 +128,14 @@ def check_invariants(sched: Scheduler) -> Counter:
     tenants = {t for _, t in scan("t:*")}
     held = {t for t, _, _ in lanes} | {m[1] for m in leases + delayed + fifo}
     assert tenants == held, "a tenant hash leaked, or a busy tenant has none"
+    counted = {f.decode(): int(v) for f, v in r.hgetall(keys.count).items()}
+    endpoints = {e for _, e in scan("e:*")}
+    expected_fields = {"t" + t for t in tenants} | {"e" + e for e in endpoints}
+    assert set(counted) == expected_fields, "a count leaked, or a tenant or endpoint has none"
     for t in tenants:
-        counts = r.hmget(f"{prefix}t:{t}", *"frdn")
-        row = dict(zip("frdn", (int(v or 0) for v in counts), strict=True))
+        counts = r.hmget(f"{prefix}t:{t}", *"frd")
+        row = dict(zip("frd", (int(v or 0) for v in counts), strict=True))
+        row["n"] = counted["t" + t]
         row["i"] = row["n"] - row["f"] - row["r"] - row["d"]  # in flight, as the snapshot
         for k in "fr":
             queued = sum(len(ids) for (lt, _, lk), ids in lanes.items() if lt == t and lk == k)
@@ -142,9 +149,9 @@ def check_invariants(sched: Scheduler) -> Counter:
 
     ids = Counter(i for lane in lanes.values() for i in lane)
     ids.update(m[0] for m in leases + delayed + fifo)
-    for _, e in scan("e:*"):
+    for e in endpoints:
         n = sum(c for i, c in ids.items() if _endpoint_of(lanes, leases, delayed, fifo, i) == e)
-        assert int(r.hget(f"{prefix}e:{e}", "n")) == n
+        assert counted["e" + e] == n
     return ids
 
 
@@ -155,7 +162,7 @@ def _endpoint_of(lanes, leases, delayed, fifo, delivery_id) -> str:
     return next(m[2] for m in leases + delayed + fifo if m[0] == delivery_id)
 
 
-GLOBAL_KEYS = {"stats", "wake", "epoch:2"}
+GLOBAL_KEYS = {"stats", "wake", "epoch:3"}
 
 
 def assert_no_tenant_keys(sched: Scheduler) -> None:

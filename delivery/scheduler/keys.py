@@ -44,13 +44,14 @@ class Keys:
         # Versioned with the schedule's format: a schedule written in an older format
         # (whose counts mean something else) has no such key, so the first sweep after an
         # upgrade rebuilds it from the database.
-        self.epoch = self.prefix + "epoch:2"
+        self.epoch = self.prefix + "epoch:3"
         self.leases = self.prefix + "leases"
         self.delayed = self.prefix + "delayed"
         self.fifo = self.prefix + "fifo"
         self.vt = self.prefix + "vt"
         self.busy = self.prefix + "busy"
         self.age = self.prefix + "age"
+        self.count = self.prefix + "count"  # "t<token>" / "e<id>": deliveries anywhere here
         self.paused = self.prefix + "paused"
         self.tat = self.prefix + "tat"  # token clocks of rates, "e<id>" / "t<token>"
         self.due = self.prefix + "due"  # what waits for a token, by when it is due

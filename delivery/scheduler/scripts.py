@@ -43,18 +43,16 @@ _PARTS = {
 }
 
 # A script's own parts run as one function of (KEYS, ARGV) after lib.lua's `begin`, so that
-# whatever it returns, the slots and counters lib.lua holds back are written once at the
-# end (give_back_done, flush_stats). A pick writes its leases itself (flush_grants) before
-# it reads them again; the call here only makes sure that nothing held back is dropped.
+# whatever it returns, the slots, counters and parked endpoints lib.lua holds back are
+# written once at the end (lib.lua's `finish`). A pick writes its leases itself
+# (flush_grants) before it reads them again; `finish` only makes sure that nothing held
+# back is dropped.
 _BODY = "local function {name}(KEYS, ARGV)\n{text}\nend\n"
-_EVAL_CALL = (
-    "begin(KEYS, ARGV)\nlocal result = body(KEYS, ARGV)\n"
-    "give_back_done()\nflush_grants()\nflush_stats()\nreturn result\n"
-)
+_EVAL_CALL = "begin(KEYS, ARGV)\nlocal result = body(KEYS, ARGV)\nfinish()\nreturn result\n"
 _REGISTER = (
     "redis.register_function('{function}', function(keys, argv)\n"
     "  begin(keys, argv)\n  local result = {body}(keys, argv)\n"
-    "  give_back_done()\n  flush_grants()\n  flush_stats()\n  return result\nend)\n"
+    "  finish()\n  return result\nend)\n"
 )
 
 

@@ -66,9 +66,9 @@ def test_a_call_that_failed_midway_leaves_nothing_to_the_next_one(scheduler_conn
     stats = scheduler_conn.hgetall(sched.keys.stats)
     assert int(stats[b"tenants"]) == 1  # the failed call's tenants were never written
     assert int(stats[b"f"]) == 1
-    assert scheduler_conn.hget(sched.keys.tenant(1), "n") is None
-    assert scheduler_conn.hget(sched.keys.tenant(2), "n") is None
-    assert int(scheduler_conn.hget(sched.keys.tenant(3), "n")) == 1
+    assert scheduler_conn.hget(sched.keys.count, "t1") is None
+    assert scheduler_conn.hget(sched.keys.count, "t2") is None
+    assert int(scheduler_conn.hget(sched.keys.count, "t3")) == 1
 
 
 def test_scripts_run_as_functions_where_the_server_has_them(scheduler_conn):

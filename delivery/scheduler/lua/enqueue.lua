@@ -27,8 +27,8 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
   if not same(tenant_cfg[t], i, TENANT_CFG) then
     tenant_cfg[t] = i
     local trate = tonumber(ARGV[i + ITEM.tenant_rate])
-    local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd', 'n')
-    hold(tk, {f = was[3], r = was[4], d = was[5], n = was[6]})
+    local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd')
+    hold(tk, {f = was[3], r = was[4], d = was[5]})
     if not was[1] then count_stat('tenants', 1) end
     local weight = ARGV[i + ITEM.weight]
     if was[1] ~= weight or tonumber(was[2]) ~= trate then
@@ -47,8 +47,7 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
   if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
     endpoint_cfg[e] = i
     local erate = tonumber(ARGV[i + ITEM.endpoint_rate])
-    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr', 'n')
-    hold(ek, {n = old[4]})
+    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr')
     local m = tonumber(ARGV[i + ITEM.max_in_flight])
     local rm = tonumber(ARGV[i + ITEM.retry_max_in_flight])
     local same_rate = tonumber(old[3]) == erate
@@ -65,8 +64,8 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
     end
     if erate then rates().clamp_clock('e' .. e, erate) end
   end
-  bump(ek, 'n', 1)
-  bump(tk, 'n', 1)
+  count_in('e' .. e, 1)
+  count_in('t' .. t, 1)
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)
@@ -77,6 +76,7 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
   end
 end
 write_held()
+write_counts()
 if MODE == 'fair' then
   -- A raised cap or a changed rate may free room for lanes parked on that endpoint, and a
   -- tenant asleep for its old rate should re-read the new one now.

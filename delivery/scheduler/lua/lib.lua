@@ -14,17 +14,24 @@
 --   q:t:e:k     LIST  one lane: delivery ids, oldest first
 --   rot:t:k     LIST  the tenant's rotation of endpoints whose k-lane may be dispatched
 --   park:e:k    ZSET  tenants whose k-lane to e waits for a slot, by virtual time
+--   parked      SET   endpoints that may have parked lanes: every endpoint with a park set,
+--                     and some whose park sets emptied since (removed when a freed slot
+--                     finds them empty), so that freeing slots reads one SMISMEMBER for all
+--                     its endpoints rather than an EXISTS each
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   t:t         HASH  tenant: f r d (fresh/retry queued, delayed counts), n everything of
---                     it in the schedule (queued, delayed or leased: in flight is
---                     n - f - r - d, so a lease changes one count, not two), w weight,
+--   t:t         HASH  tenant: f r d (fresh/retry queued, delayed counts), w weight,
 --                     c retry credit (ppm), u used part of an unfinished turn,
 --                     s virtual time kept while paused or asleep for its rate,
 --                     rr rate per second (absent = unlimited)
---   e:e         HASH  endpoint: m rm caps, ri live retry leases, n deliveries anywhere here,
+--   e:e         HASH  endpoint: m rm caps, ri live retry leases,
 --                     rr rate per second (absent = unlimited)
+--   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
+--                     the schedule (queued, delayed or leased; a tenant's in flight is
+--                     count - f - r - d). Its hash goes when this reaches 0. One hash for
+--                     all, so a call reads and writes every count it changes with one
+--                     HMGET and one HSET, however many tenants and endpoints
 --   busy        ZSET  endpoints by number of live leases not yet answered (in flight)
 --   leases      ZSET  "id|t|e|k|token" by deadline
 --   answered    SET   leases whose request is over but not yet recorded: their endpoint
@@ -59,7 +66,7 @@ local HUGE = 1 / 0
 local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to a fraction of this
 
 local K_STATS, K_VT, K_AGE, K_BUSY, K_LEASES, K_ANSWERED, K_DELAYED
-local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD
+local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD, K_COUNT, K_PARKED
 
 local function lane_key(t, e, k) return P .. 'q:' .. t .. ':' .. e .. ':' .. k end
 local function rot_key(t, k) return P .. 'rot:' .. t .. ':' .. k end
@@ -216,8 +223,15 @@ end
 
 -- Park a lane whose endpoint is full. Ordered by the tenant's virtual time, so the
 -- slots of one contended endpoint are shared by weight, not by who retried fastest.
+-- The endpoints a call parked lanes on join `parked` with one SADD when the call ends
+-- (flush_parked).
+local PARKED_NOW -- begin() empties it
 local function park(t, e, k, score)
   redis.call('ZADD', park_key(e, k), score, t)
+  if not PARKED_NOW.by[e] then
+    PARKED_NOW.by[e] = true
+    PARKED_NOW.order[#PARKED_NOW.order + 1] = e
+  end
 end
 
 -- A lane just became non-empty: into the tenant's rotation (front = next, for work
@@ -330,15 +344,6 @@ local function reenter(t, e, k, id)
   note_head(t, e, k)
 end
 
--- `n` (default 1) of the tenant's deliveries left the schedule (acked): delete its hash
--- once nothing of it is queued, delayed or in flight.
-local function tenant_done(t, n)
-  local tk = tenant_key(t)
-  if redis.call('HINCRBY', tk, 'n', -(n or 1)) <= 0 and redis.call('DEL', tk) == 1 then
-    count_stat('tenants', -1)
-  end
-end
-
 local function parse_lease(member)
   return string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)|')
 end
@@ -401,6 +406,40 @@ end
 -- the same on every run).
 local function tally()
   return {order = {}, by = {}}
+end
+
+-- The counts in `count` change by a tally per call (count_in), written with one HMGET
+-- and one HSET at write_counts: an enqueue or an ack of deliveries of many tenants and
+-- endpoints then costs two commands for all their counts, not one per tenant and one per
+-- endpoint.
+local COUNTS -- begin() empties it: "t<t>" / "e<e>" -> change
+local function count_in(field, by)
+  local was = COUNTS.by[field]
+  if not was then
+    COUNTS.order[#COUNTS.order + 1] = field
+    was = 0
+  end
+  COUNTS.by[field] = was + by
+end
+-- Returns the fields that reached 0 (HDEL'd): their tenant's or endpoint's hash may go.
+local function write_counts()
+  local order, by = COUNTS.order, COUNTS.by
+  COUNTS = tally()
+  if #order == 0 then return {} end
+  local was = call_list('HMGET', K_COUNT, order)
+  local set, gone = {}, {}
+  for i, field in ipairs(order) do
+    local value = num(was[i]) + by[field]
+    if value > 0 then
+      set[#set + 1] = field
+      set[#set + 1] = value
+    else
+      gone[#gone + 1] = field
+    end
+  end
+  call_many('HSET', K_COUNT, set)
+  call_many('HDEL', K_COUNT, gone)
+  return gone
 end
 
 -- Record a lease. The slot is the lease: counts change only together with the leases
@@ -537,8 +576,9 @@ end
 -- Hand free slots on e to parked lanes: one candidate per free slot for each kind, and
 -- no more than e has tokens ready (a candidate that loses the race re-parks; that is a
 -- counted deferral, not a leak). Slots free but no token: a pick wakes them when it's due.
+-- Returns how many lanes it woke, and true as well when e has no parked lane at all.
 local function fill(e)
-  if redis.call('EXISTS', park_key(e, 'f'), park_key(e, 'r')) == 0 then return 0 end
+  if redis.call('EXISTS', park_key(e, 'f'), park_key(e, 'r')) == 0 then return 0, true end
   local free, rfree, tok, due = limits(e)
   if free > 0 and tok <= 0 then
     rates().await_token(e, due)
@@ -552,18 +592,27 @@ local function fill(e)
   return woken
 end
 
--- fill() for each of `endpoints`, after one EXISTS over all their park sets: acks and
--- answers free slots on endpoints that mostly have nothing parked.
+-- fill() for each of `endpoints` that may have parked lanes (one SMISMEMBER of `parked`
+-- for all): acks and answers free slots on endpoints that mostly have nothing parked.
+-- One found with no park set left leaves `parked`.
 local function fill_each(endpoints)
-  local parks = {}
-  for _, e in ipairs(endpoints) do
-    parks[#parks + 1] = park_key(e, 'f')
-    parks[#parks + 1] = park_key(e, 'r')
+  if #endpoints == 0 then return 0 end
+  local listed = call_list('SMISMEMBER', K_PARKED, endpoints)
+  local woken, empty = 0, {}
+  for i, e in ipairs(endpoints) do
+    if listed[i] == 1 or PARKED_NOW.by[e] then
+      local got, none = fill(e)
+      woken = woken + got
+      if none then empty[#empty + 1] = e end
+    end
   end
-  if call_many('EXISTS', nil, parks) == 0 then return 0 end
-  local woken = 0
-  for _, e in ipairs(endpoints) do woken = woken + fill(e) end
+  call_many('SREM', K_PARKED, empty)
   return woken
+end
+
+local function flush_parked()
+  call_many('SADD', K_PARKED, PARKED_NOW.order)
+  PARKED_NOW = tally()
 end
 
 -- How long a worker may sleep when nothing is dispatchable: until the next delayed
@@ -714,8 +763,18 @@ local function begin(keys, argv)
     K_VT, K_AGE, K_BUSY, K_LEASES = P .. 'vt', P .. 'age', P .. 'busy', P .. 'leases'
     K_ANSWERED, K_DELAYED, K_FIFO = P .. 'answered', P .. 'delayed', P .. 'fifo'
     K_PAUSED, K_WAKE, K_TAT = P .. 'paused', P .. 'wake', P .. 'tat'
-    K_DUE, K_HOLD = P .. 'due', P .. 'hold'
+    K_DUE, K_HOLD, K_COUNT, K_PARKED = P .. 'due', P .. 'hold', P .. 'count', P .. 'parked'
   end
-  STATS_BY, STATS_SET, SEQ, live, HELD = {}, {}, nil, {}, {}
+  STATS_BY, STATS_SET, SEQ, live, HELD, COUNTS = {}, {}, nil, {}, {}, tally()
+  PARKED_NOW = tally()
   RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, GIVEN = nil, nil, {}, {}, tally()
+end
+
+-- End a call: write what it held back. Every script ends with this (scripts.py), whatever
+-- it returns, so nothing held back is dropped.
+local function finish()
+  give_back_done()
+  flush_grants()
+  flush_parked()
+  flush_stats()
 end

@@ -21,8 +21,10 @@ local tenants = {}
 local aged = redis.call('ZRANGE', K_AGE, 0, top_n - 1, 'WITHSCORES')
 for i = 1, #aged, 2 do
   local t = aged[i]
-  local row = redis.call('HMGET', tenant_key(t), 'f', 'r', 'd', 'n', 'w', 'rr')
-  row[4] = num(row[4]) - num(row[1]) - num(row[2]) - num(row[3]) -- in flight
+  local row = redis.call('HMGET', tenant_key(t), 'f', 'r', 'd', 'w', 'rr')
+  local in_flight = num(redis.call('HGET', K_COUNT, 't' .. t))
+    - num(row[1]) - num(row[2]) - num(row[3])
+  table.insert(row, 4, in_flight)
   local paused = 0
   if is_paused(t) then paused = 1 end
   -- Rate-limited: out of the turn order until its next token, or no token ready now.
