@@ -116,25 +116,26 @@ def check_invariants(sched: Scheduler) -> Counter:
         awaited = {m[1:] for m in due if m.startswith("e")}
         candidates = {e for t, e, _ in in_rotation if t not in paused}
         for t, e, k in parked:
-            m, rm = (int(v or 0) for v in r.hmget(f"{prefix}e:{e}", "m", "rm"))
+            row = endpoint_row(sched, e)
+            m, rm = int(row.get("m", 0)), int(row.get("rm", 0))
             cap = m if k == "f" else min(m, rm)
             woken = busy.get(e, 0) > 0 or e in awaited or e in candidates or cap == 0
             assert woken, f"lane {t}:{e}:{k} is parked with nothing to wake it"
     for e, in_flight in busy.items():
         retry_leases = sum(1 for _, _, le, k, _ in open_leases if le == e and k == "r")
-        assert int(r.hget(keys.prefix + f"e:{e}", "ri") or 0) == retry_leases
+        assert int(endpoint_row(sched, e).get("ri", 0)) == retry_leases
         assert in_flight >= 0
 
-    tenants = {t for _, t in scan("t:*")}
+    rows = {t.decode(): tenant_row(v) for t, v in r.hgetall(keys.tenants).items()}
+    tenants = set(rows)
     held = {t for t, _, _ in lanes} | {m[1] for m in leases + delayed + fifo}
     assert tenants == held, "a tenant hash leaked, or a busy tenant has none"
     counted = {f.decode(): int(v) for f, v in r.hgetall(keys.count).items()}
-    endpoints = {e for _, e in scan("e:*")}
+    endpoints = {e.decode() for e in r.hkeys(keys.endpoints)}
     expected_fields = {"t" + t for t in tenants} | {"e" + e for e in endpoints}
     assert set(counted) == expected_fields, "a count leaked, or a tenant or endpoint has none"
     for t in tenants:
-        counts = r.hmget(f"{prefix}t:{t}", *"frd")
-        row = dict(zip("frd", (int(v or 0) for v in counts), strict=True))
+        row = rows[t]
         row["n"] = counted["t" + t]
         row["i"] = row["n"] - row["f"] - row["r"] - row["d"]  # in flight, as the snapshot
         for k in "fr":
@@ -153,6 +154,26 @@ def check_invariants(sched: Scheduler) -> Counter:
         n = sum(c for i, c in ids.items() if _endpoint_of(lanes, leases, delayed, fifo, i) == e)
         assert counted["e" + e] == n
     return ids
+
+
+TENANT_ROW = ("w", "rr", "f", "r", "d", "c", "u", "s")  # lua/lib.lua, `tenants`
+ENDPOINT_ROW = ("m", "rm", "ri", "rr")  # lua/lib.lua, `endpoints`
+
+
+def tenant_row(text: bytes) -> dict[str, float]:
+    """A tenant's row in the `tenants` hash, by name (an empty field is absent)."""
+    return _row(text, TENANT_ROW)
+
+
+def endpoint_row(sched: Scheduler, endpoint_id: int | str) -> dict[str, float]:
+    """An endpoint's row in the `endpoints` hash, by name ({} without one)."""
+    text = sched.connection.hget(sched.keys.endpoints, str(endpoint_id))
+    return _row(text, ENDPOINT_ROW) if text is not None else {}
+
+
+def _row(text: bytes, names: tuple[str, ...]) -> dict[str, float]:
+    values = text.decode().split(",")
+    return {name: float(v) for name, v in zip(names, values, strict=True) if v}
 
 
 def _endpoint_of(lanes, leases, delayed, fifo, delivery_id) -> str:

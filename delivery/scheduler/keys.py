@@ -52,6 +52,8 @@ class Keys:
         self.busy = self.prefix + "busy"
         self.age = self.prefix + "age"
         self.count = self.prefix + "count"  # "t<token>" / "e<id>": deliveries anywhere here
+        self.tenants = self.prefix + "tenants"  # token -> the tenant's row (lua/lib.lua)
+        self.endpoints = self.prefix + "endpoints"  # id -> the endpoint's row (lua/lib.lua)
         self.paused = self.prefix + "paused"
         self.tat = self.prefix + "tat"  # token clocks of rates, "e<id>" / "t<token>"
         self.due = self.prefix + "due"  # what waits for a token, by when it is due
@@ -68,9 +70,3 @@ class Keys:
 
     def park(self, endpoint_id: int, lane: str) -> str:
         return f"{self.prefix}park:{endpoint_id}:{KIND_OF_LANE[lane]}"
-
-    def tenant(self, tenant_id: int | None) -> str:
-        return f"{self.prefix}t:{tenant_token(tenant_id)}"
-
-    def endpoint(self, endpoint_id: int) -> str:
-        return f"{self.prefix}e:{endpoint_id}"

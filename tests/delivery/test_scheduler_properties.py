@@ -24,7 +24,12 @@ from hypothesis.stateful import (
 from core import redis_connection
 from core.ids import new_ulid
 from delivery.scheduler import Item, Scheduler
-from tests.scheduler_helpers import FakeClock, assert_no_tenant_keys, check_invariants
+from tests.scheduler_helpers import (
+    FakeClock,
+    assert_no_tenant_keys,
+    check_invariants,
+    endpoint_row,
+)
 
 TENANTS = (1, 2, 3, None)
 ENDPOINTS = (1, 2, 3)
@@ -156,7 +161,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         answered = r.smembers(keys.prefix + "answered")  # over: they hold no slot
         leases = [m.decode().split("|") for m in r.zrange(keys.leases, 0, -1) if m not in answered]
         for e in {lease.endpoint_id for lease in granted}:
-            m, rm = (int(v) for v in r.hmget(keys.endpoint(e), "m", "rm"))
+            row = endpoint_row(self.sched, e)
+            m, rm = int(row["m"]), int(row["rm"])
             assert sum(1 for x in leases if x[2] == str(e)) <= m
             if any(lease.endpoint_id == e and lease.lane == "retry" for lease in granted):
                 assert sum(1 for x in leases if x[2] == str(e) and x[3] == "r") <= rm
@@ -273,7 +279,8 @@ class ScheduleMachine(RuleBasedStateMachine):
     def _room(self, e, k) -> float:
         """min(free slots for kind k, whether a token is ready): the scripts' capacity()."""
         r, keys = self.sched.connection, self.sched.keys
-        m, rm, ri, rate = r.hmget(keys.endpoint(int(e)), "m", "rm", "ri", "rr")
+        row = endpoint_row(self.sched, e)
+        m, rm, ri, rate = (row.get(name) for name in ("m", "rm", "ri", "rr"))
         free = int(m or 0) - int(r.zscore(keys.busy, e) or 0)
         if k == "r":
             free = min(free, int(rm or 0) - int(ri or 0))

@@ -20,6 +20,7 @@ from tests.scheduler_helpers import (
     assert_no_tenant_keys,
     batch,
     check_invariants,
+    endpoint_row,
     script_command,
 )
 
@@ -593,7 +594,7 @@ def test_without_rates_nothing_new_is_stored_and_a_pick_is_still_one_round_trip(
     assert calls == [expected] * 2
     keys = sched.keys
     assert not redis_conn.exists(keys.tat, keys.due, keys.hold)
-    assert not redis_conn.hexists(keys.endpoint(1), "rr")
+    assert "rr" not in endpoint_row(sched, 1)
 
 
 # --- the database side: models, item_for, signals --------------------------------------------

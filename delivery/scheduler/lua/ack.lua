@@ -35,13 +35,13 @@ local tenants_gone, endpoints_gone = {}, {}
 for _, field in ipairs(write_counts()) do
   local id = string.sub(field, 2)
   if string.byte(field, 1) == 116 then -- 't'
-    tenants_gone[#tenants_gone + 1] = tenant_key(id)
+    tenants_gone[#tenants_gone + 1] = id
   else
-    endpoints_gone[#endpoints_gone + 1] = endpoint_key(id)
+    endpoints_gone[#endpoints_gone + 1] = id
   end
 end
-count_stat('tenants', -call_many('DEL', nil, tenants_gone))
-call_many('DEL', nil, endpoints_gone)
+count_stat('tenants', -TENANT_ROWS.drop(tenants_gone))
+ENDPOINT_ROWS.drop(endpoints_gone)
 if #held > 0 then count_stat('out:' .. ARGV[ACK.outcome], #held) end
 local woken = 0
 if MODE == 'fair' then

@@ -18,64 +18,62 @@ local function same(j, i, offsets)
 end
 local TENANT_CFG = {ITEM.weight, ITEM.tenant_rate}
 local ENDPOINT_CFG = {ITEM.max_in_flight, ITEM.retry_max_in_flight, ITEM.endpoint_rate}
+-- Every tenant's and endpoint's row at once (one HMGET each).
+local tenants, endpoints = {}, {}
+for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
+  tenants[#tenants + 1] = ARGV[i + ITEM.tenant]
+  endpoints[#endpoints + 1] = ARGV[i + ITEM.endpoint]
+end
+TENANT_ROWS.read(tenants)
+ENDPOINT_ROWS.read(endpoints)
 for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
   local id, t, e = ARGV[i + ITEM.id], ARGV[i + ITEM.tenant], ARGV[i + ITEM.endpoint]
   local k, due = ARGV[i + ITEM.kind], tonumber(ARGV[i + ITEM.due])
-  local tk = tenant_key(t)
-  local ek = endpoint_key(e)
+  local row = TENANT_ROWS.of(t)
 
   if not same(tenant_cfg[t], i, TENANT_CFG) then
     tenant_cfg[t] = i
-    local trate = tonumber(ARGV[i + ITEM.tenant_rate])
-    local was = redis.call('HMGET', tk, 'w', 'rr', 'f', 'r', 'd')
-    hold(tk, {f = was[3], r = was[4], d = was[5]})
-    if not was[1] then count_stat('tenants', 1) end
-    local weight = ARGV[i + ITEM.weight]
-    if was[1] ~= weight or tonumber(was[2]) ~= trate then
-      if trate then
-        redis.call('HSET', tk, 'w', weight, 'rr', trate)
-      else
-        redis.call('HSET', tk, 'w', weight)
-        if was[2] then redis.call('HDEL', tk, 'rr') end
-      end
+    local trate = tonumber(ARGV[i + ITEM.tenant_rate]) or 0
+    local weight = tonumber(ARGV[i + ITEM.weight])
+    if row.missing and not row.changed then count_stat('tenants', 1) end
+    local old_rate = row.rr
+    if row.w ~= weight or old_rate ~= trate then
+      row.w, row.rr = weight, trate
+      TENANT_ROWS.changed(t, row)
     end
-    if trate then rates().clamp_clock('t' .. t, trate) end
-    if was[2] and tonumber(was[2]) ~= trate then retimed[#retimed + 1] = t end
+    if trate > 0 then rates().clamp_clock('t' .. t, trate) end
+    if old_rate > 0 and old_rate ~= trate then retimed[#retimed + 1] = t end
   end
   if t == FALLBACK then count_stat('fallback_total', 1) end
 
   if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
     endpoint_cfg[e] = i
-    local erate = tonumber(ARGV[i + ITEM.endpoint_rate])
-    local old = redis.call('HMGET', ek, 'm', 'rm', 'rr')
+    local erate = tonumber(ARGV[i + ITEM.endpoint_rate]) or 0
+    local row = ENDPOINT_ROWS.of(e)
     local m = tonumber(ARGV[i + ITEM.max_in_flight])
     local rm = tonumber(ARGV[i + ITEM.retry_max_in_flight])
-    local same_rate = tonumber(old[3]) == erate
-    if old[1] and (m > num(old[1]) or rm > num(old[2]) or not same_rate) then
+    local same_rate = row.rr == erate
+    if not row.missing and (m > row.m or rm > row.rm or not same_rate) then
       changed[#changed + 1] = e
     end
-    if tonumber(old[1]) ~= m or tonumber(old[2]) ~= rm or not same_rate then
-      if erate then
-        redis.call('HSET', ek, 'm', m, 'rm', rm, 'rr', erate)
-      else
-        redis.call('HSET', ek, 'm', m, 'rm', rm)
-        if old[3] then redis.call('HDEL', ek, 'rr') end
-      end
+    if row.missing or row.m ~= m or row.rm ~= rm or not same_rate then
+      row.m, row.rm, row.rr = m, rm, erate
+      ENDPOINT_ROWS.changed(e, row)
     end
-    if erate then rates().clamp_clock('e' .. e, erate) end
+    if erate > 0 then rates().clamp_clock('e' .. e, erate) end
   end
   count_in('e' .. e, 1)
   count_in('t' .. t, 1)
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)
-    bump(tk, 'd', 1)
+    row.d = row.d + 1
+    TENANT_ROWS.changed(t, row)
     woken = woken + 1 -- a sleeper re-reads when the next delayed delivery is due
   else
     woken = woken + enter(t, e, k, id)
   end
 end
-write_held()
 write_counts()
 if MODE == 'fair' then
   -- A raised cap or a changed rate may free room for lanes parked on that endpoint, and a

@@ -21,12 +21,15 @@
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   t:t         HASH  tenant: f r d (fresh/retry queued, delayed counts), w weight,
---                     c retry credit (ppm), u used part of an unfinished turn,
---                     s virtual time kept while paused or asleep for its rate,
---                     rr rate per second (absent = unlimited)
---   e:e         HASH  endpoint: m rm caps, ri live retry leases,
---                     rr rate per second (absent = unlimited)
+--   tenants     HASH  t -> the tenant's row, "w,rr,f,r,d,c,u,s": w weight, rr rate per
+--                     second ("" = unlimited), f r d fresh/retry queued and delayed
+--                     counts, c retry credit (ppm), u used part of an unfinished turn,
+--                     s virtual time kept while paused or asleep for its rate ("" =
+--                     none). One field per tenant, so a call reads the rows of the
+--                     tenants it meets with one HMGET and writes them with one HSET
+--                     (row_store)
+--   endpoints   HASH  e -> the endpoint's row, "m,rm,ri,rr": m rm caps, ri live retry
+--                     leases, rr rate per second ("" = unlimited)
 --   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
 --                     the schedule (queued, delayed or leased; a tenant's in flight is
 --                     count - f - r - d). Its hash goes when this reaches 0. One hash for
@@ -66,16 +69,172 @@ local HUGE = 1 / 0
 local EPS = 1e-6 -- seconds: a double holds epoch seconds (~1.8e9) to a fraction of this
 
 local K_STATS, K_VT, K_AGE, K_BUSY, K_LEASES, K_ANSWERED, K_DELAYED
-local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD, K_COUNT, K_PARKED
+local K_FIFO, K_PAUSED, K_WAKE, K_TAT, K_DUE, K_HOLD, K_COUNT, K_PARKED, K_TENANTS
+local K_ENDPOINTS
 
 local function lane_key(t, e, k) return P .. 'q:' .. t .. ':' .. e .. ':' .. k end
 local function rot_key(t, k) return P .. 'rot:' .. t .. ':' .. k end
 local function park_key(e, k) return P .. 'park:' .. e .. ':' .. k end
 local function head_key(t) return P .. 'head:' .. t end
-local function tenant_key(t) return P .. 't:' .. t end
-local function endpoint_key(e) return P .. 'e:' .. e end
 
 local function num(value) return tonumber(value) or 0 end
+-- An integer as a command's argument. A Lua number given to redis.call is formatted with
+-- "%.17g" (a slow path of printf on Redis 7.0); '%d' is an integer's fast one, and a
+-- constant argument is best a string literal ('0'), which costs nothing.
+local function int(x) return string.format('%d', x) end
+
+-- A command over any number of values, in chunks: Lua's unpack() is bounded (~8,000
+-- values), and a caller may hand over any number of leases. `key` leads each chunk (nil:
+-- the values are keys themselves, as for EXISTS); CHUNK is even, so score-member pairs
+-- stay whole. Returns the sum of the integer replies. No values: no command.
+local CHUNK = 1000
+local function call_many(command, key, values)
+  local total = 0
+  for first = 1, #values, CHUNK do
+    local last = math.min(first + CHUNK - 1, #values)
+    local got
+    if key then
+      got = redis.call(command, key, unpack(values, first, last))
+    else
+      got = redis.call(command, unpack(values, first, last))
+    end
+    if type(got) == 'number' then total = total + got end
+  end
+  return total
+end
+
+-- call_many for a command whose reply is a list, one value per value sent (ZMSCORE,
+-- SMISMEMBER): the chunks' replies, joined (one chunk's as it came).
+local function call_list(command, key, values, first_value)
+  first_value = first_value or 1
+  if #values - first_value < CHUNK then
+    if #values < first_value then return {} end
+    return redis.call(command, key, unpack(values, first_value))
+  end
+  local out = {}
+  for first = first_value, #values, CHUNK do
+    local last = math.min(first + CHUNK - 1, #values)
+    local got = redis.call(command, key, unpack(values, first, last))
+    for _, value in ipairs(got) do out[#out + 1] = value end
+  end
+  return out
+end
+
+-- New scores for some of a ZSET's members, at once: one ZREM of those whose score is
+-- false (they leave) and one ZADD of the others.
+local function write_scores(key, members, scores)
+  local adds, gone = {}, {}
+  for _, member in ipairs(members) do
+    local score = scores[member]
+    if score then
+      adds[#adds + 1] = score
+      adds[#adds + 1] = member
+    else
+      gone[#gone + 1] = member
+    end
+  end
+  call_many('ZREM', key, gone)
+  call_many('ZADD', key, adds)
+end
+
+-- Values by key, in the order keys first came (so what a script does with them next is
+-- the same on every run).
+local function tally()
+  return {order = {}, by = {}}
+end
+
+-- A number as text that reads back as the same number: counts as integers, the rest
+-- (a rate, a virtual time) with every digit a double holds.
+local function exact(x)
+  if x % 1 == 0 and x < 1e14 and x > -1e14 then return string.format('%d', x) end
+  return string.format('%.17g', x)
+end
+
+-- Rows of tenants and endpoints, one field each in one hash (`tenants`, `endpoints`),
+-- packed as text: a call reads the rows of everyone it meets with one HMGET (read) or
+-- an HGET each (of), changes them in Lua, and writes every changed one back with one
+-- HSET when it ends (write, from finish). `decode(text or false)` makes a row (`missing`
+-- when there was none), `encode(row)` its text.
+local function row_store(decode, encode)
+  local store = {}
+  local rows, changed_ids, key -- reset() at the start of every call
+  function store.reset(hash_key) rows, changed_ids, key = {}, {}, hash_key end
+  function store.read(ids)
+    local wanted, seen = {}, {}
+    for _, id in ipairs(ids) do
+      if rows[id] == nil and not seen[id] then
+        seen[id] = true
+        wanted[#wanted + 1] = id
+      end
+    end
+    local got = call_list('HMGET', key, wanted)
+    for i, id in ipairs(wanted) do rows[id] = decode(got[i]) end
+  end
+  function store.of(id)
+    local row = rows[id]
+    if row == nil then
+      row = decode(redis.call('HGET', key, id))
+      rows[id] = row
+    end
+    return row
+  end
+  function store.changed(id, row)
+    if not row.changed then
+      row.changed = true
+      changed_ids[#changed_ids + 1] = id
+    end
+  end
+  function store.write()
+    local out = {}
+    for _, id in ipairs(changed_ids) do
+      local row = rows[id]
+      if row and row.changed then
+        out[#out + 1] = id
+        out[#out + 1] = encode(row)
+        row.changed, row.missing = false, false
+      end
+    end
+    changed_ids = {}
+    call_many('HSET', key, out)
+  end
+  -- Rows of those with nothing left anywhere in the schedule go. Returns how many did.
+  function store.drop(ids)
+    for _, id in ipairs(ids) do rows[id] = nil end
+    return call_many('HDEL', key, ids)
+  end
+  return store
+end
+
+-- A tenant's row: "w,rr,f,r,d,c,u,s" (see `tenants` above).
+local TENANT_ROW = '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$'
+local TENANT_ROWS = row_store(function(text)
+  if not text then
+    return {w = 0, rr = 0, f = 0, r = 0, d = 0, c = 0, u = 0, s = nil, missing = true}
+  end
+  local w, rr, f, r, d, c, u, s = string.match(text, TENANT_ROW)
+  return {
+    w = tonumber(w) or 0, rr = tonumber(rr) or 0, f = tonumber(f) or 0, r = tonumber(r) or 0,
+    d = tonumber(d) or 0, c = tonumber(c) or 0, u = tonumber(u) or 0, s = tonumber(s),
+  }
+end, function(row)
+  local rr, s = '', ''
+  if row.rr > 0 then rr = exact(row.rr) end
+  if row.s then s = exact(row.s) end
+  return string.format(
+    '%s,%s,%d,%d,%d,%d,%d,%s', exact(row.w), rr, row.f, row.r, row.d, row.c, row.u, s)
+end)
+
+-- An endpoint's row: "m,rm,ri,rr" (see `endpoints` above).
+local ENDPOINT_ROW = '^([^,]*),([^,]*),([^,]*),([^,]*)$'
+local ENDPOINT_ROWS = row_store(function(text)
+  if not text then return {m = 0, rm = 0, ri = 0, rr = 0, missing = true} end
+  local m, rm, ri, rr = string.match(text, ENDPOINT_ROW)
+  return {m = tonumber(m) or 0, rm = tonumber(rm) or 0, ri = tonumber(ri) or 0, rr = tonumber(rr) or 0}
+end, function(row)
+  local rr = ''
+  if row.rr > 0 then rr = exact(row.rr) end
+  return string.format('%d,%d,%d,%s', row.m, row.rm, row.ri, rr)
+end)
 
 -- A ULID's first 10 Crockford base32 characters are its creation time in ms: the age of
 -- a lane's head costs no lookup.
@@ -120,7 +279,7 @@ local function flush_stats()
     if by ~= 0 then fields[#fields + 1] = field end
   end
   if #fields == 1 and next(STATS_SET) == nil then
-    redis.call('HINCRBY', K_STATS, fields[1], STATS_BY[fields[1]])
+    redis.call('HINCRBY', K_STATS, fields[1], int(STATS_BY[fields[1]]))
     return
   end
   local pairs_out = {}
@@ -128,7 +287,7 @@ local function flush_stats()
     local was = redis.call('HMGET', K_STATS, unpack(fields))
     for i, field in ipairs(fields) do
       pairs_out[#pairs_out + 1] = field
-      pairs_out[#pairs_out + 1] = num(was[i]) + STATS_BY[field]
+      pairs_out[#pairs_out + 1] = int(num(was[i]) + STATS_BY[field])
     end
   end
   for field, value in pairs(STATS_SET) do
@@ -163,8 +322,8 @@ local function wake(n)
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
   redis.call('LPUSH', K_WAKE, unpack(tokens))
-  redis.call('LTRIM', K_WAKE, 0, 63)
-  redis.call('PEXPIRE', K_WAKE, 10000)
+  redis.call('LTRIM', K_WAKE, '0', '63')
+  redis.call('PEXPIRE', K_WAKE, '10000')
 end
 
 -- Put a tenant in the turn order. Joining at the current virtual time V means a
@@ -192,9 +351,9 @@ local ENDPOINTS -- nil outside a pick
 local function endpoint_state(e)
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then return known end
-  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
+  local row = ENDPOINT_ROWS.of(e)
   local state = {
-    m = num(cfg[1]), rm = num(cfg[2]), ri = num(cfg[3]), rr = num(cfg[4]),
+    m = row.m, rm = row.rm, ri = row.ri, rr = row.rr,
     busy = num(redis.call('ZSCORE', K_BUSY, e)),
   }
   if ENDPOINTS then ENDPOINTS[e] = state end
@@ -259,16 +418,16 @@ end
 -- `head`: the lane's head if the caller read it already (false: the lane is empty).
 local function note_head(t, e, k, popped, head)
   local hk = head_key(t)
-  if head == nil then head = redis.call('LINDEX', lane_key(t, e, k), 0) end
+  if head == nil then head = redis.call('LINDEX', lane_key(t, e, k), '0') end
   if head and popped and string.sub(head, 1, 10) == string.sub(popped, 1, 10) then
     return true
   end
   if head then
-    redis.call('ZADD', hk, ulid_ms(head), e .. ':' .. k)
+    redis.call('ZADD', hk, int(ulid_ms(head)), e .. ':' .. k)
   else
     redis.call('ZREM', hk, e .. ':' .. k)
   end
-  local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', hk, '0', '0', 'WITHSCORES')
   if popped and first[1] and first[1] ~= e .. ':' .. k
       and tonumber(first[2]) <= ulid_ms(popped) then
     -- Another lane was at least as old as the one popped: the tenant's age stays.
@@ -282,39 +441,10 @@ local function note_head(t, e, k, popped, head)
   return head ~= false
 end
 
--- Counts of a tenant or endpoint hash that the script read already (an enqueue reads each
--- one's configuration): held here and written back with one HSET per hash (write_held),
--- rather than one HINCRBY per delivery and field. Other hashes are changed at once.
-local HELD -- begin() empties it
-local function hold(key, read) -- read: field -> the value HMGET returned (false: none)
-  if HELD[key] then return end
-  local value = {}
-  for field, v in pairs(read) do value[field] = num(v) end
-  HELD[key] = {value = value, changed = {}}
-end
-local function bump(key, field, by)
-  local held = HELD[key]
-  if held and held.value[field] then
-    held.value[field] = held.value[field] + by
-    held.changed[field] = true
-  else
-    redis.call('HINCRBY', key, field, by)
-  end
-end
-local function write_held()
-  for key, held in pairs(HELD) do
-    local args = {}
-    for field in pairs(held.changed) do
-      args[#args + 1] = field
-      args[#args + 1] = held.value[field]
-    end
-    if #args > 0 then redis.call('HSET', key, unpack(args)) end
-  end
-  HELD = {}
-end
-
 local function count_queued(t, k, by)
-  bump(tenant_key(t), k, by)
+  local row = TENANT_ROWS.of(t)
+  row[k] = row[k] + by
+  TENANT_ROWS.changed(t, row)
   count_stat(k, by)
 end
 
@@ -327,7 +457,7 @@ local function enter(t, e, k, id)
     return 1
   end
   if redis.call('RPUSH', lane_key(t, e, k), id) > 1 then return 0 end
-  local ms = ulid_ms(id)
+  local ms = int(ulid_ms(id))
   redis.call('ZADD', head_key(t), ms, e .. ':' .. k)
   redis.call('ZADD', K_AGE, 'LT', ms, t)
   return activate(t, e, k, false)
@@ -346,66 +476,6 @@ end
 
 local function parse_lease(member)
   return string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)|')
-end
-
--- A command over any number of values, in chunks: Lua's unpack() is bounded (~8,000
--- values), and a caller may hand over any number of leases. `key` leads each chunk (nil:
--- the values are keys themselves, as for EXISTS); CHUNK is even, so score-member pairs
--- stay whole. Returns the sum of the integer replies. No values: no command.
-local CHUNK = 1000
-local function call_many(command, key, values)
-  local total = 0
-  for first = 1, #values, CHUNK do
-    local last = math.min(first + CHUNK - 1, #values)
-    local got
-    if key then
-      got = redis.call(command, key, unpack(values, first, last))
-    else
-      got = redis.call(command, unpack(values, first, last))
-    end
-    if type(got) == 'number' then total = total + got end
-  end
-  return total
-end
-
--- call_many for a command whose reply is a list, one value per value sent (ZMSCORE,
--- SMISMEMBER): the chunks' replies, joined (one chunk's as it came).
-local function call_list(command, key, values, first_value)
-  first_value = first_value or 1
-  if #values - first_value < CHUNK then
-    if #values < first_value then return {} end
-    return redis.call(command, key, unpack(values, first_value))
-  end
-  local out = {}
-  for first = first_value, #values, CHUNK do
-    local last = math.min(first + CHUNK - 1, #values)
-    local got = redis.call(command, key, unpack(values, first, last))
-    for _, value in ipairs(got) do out[#out + 1] = value end
-  end
-  return out
-end
-
--- New scores for some of a ZSET's members, at once: one ZREM of those whose score is
--- false (they leave) and one ZADD of the others.
-local function write_scores(key, members, scores)
-  local adds, gone = {}, {}
-  for _, member in ipairs(members) do
-    local score = scores[member]
-    if score then
-      adds[#adds + 1] = score
-      adds[#adds + 1] = member
-    else
-      gone[#gone + 1] = member
-    end
-  end
-  call_many('ZREM', key, gone)
-  call_many('ZADD', key, adds)
-end
-
--- Values by key, in the order keys first came (so what a script does with them next is
--- the same on every run).
-local function tally()
-  return {order = {}, by = {}}
 end
 
 -- The counts in `count` change by a tally per call (count_in), written with one HMGET
@@ -432,7 +502,7 @@ local function write_counts()
     local value = num(was[i]) + by[field]
     if value > 0 then
       set[#set + 1] = field
-      set[#set + 1] = value
+      set[#set + 1] = int(value)
     else
       gone[#gone + 1] = field
     end
@@ -445,17 +515,19 @@ end
 -- Record a lease. The slot is the lease: counts change only together with the leases
 -- set, in the same script, so they cannot drift from it. Inside a pick (ENDPOINTS set),
 -- the lease and the endpoint's in-flight count are written once for the whole pick
--- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32. `row`: the
--- tenant's row as pick_fair.lua keeps it; its queued count goes down here, and the pick
--- writes it back.
+-- (flush_grants): a pick of 32 then costs one ZADD of leases, not 32.
 local PENDING_LEASES -- begin() empties it
 local BUSY_DIRTY -- endpoints whose in-flight count a pick changed (ENDPOINTS has it)
-local function grant(id, t, e, k, deadline, worker, row)
+local function grant(id, t, e, k, deadline, worker)
   local seq = next_seq()
-  local member = id .. '|' .. t .. '|' .. e .. '|' .. k .. '|' .. seq .. ':' .. worker
+  local member = string.format('%s|%s|%s|%s|%d:%s', id, t, e, k, seq, worker)
   PENDING_LEASES[#PENDING_LEASES + 1] = deadline
   PENDING_LEASES[#PENDING_LEASES + 1] = member
-  if k == 'r' then redis.call('HINCRBY', endpoint_key(e), 'ri', 1) end
+  if k == 'r' then
+    local row = ENDPOINT_ROWS.of(e)
+    row.ri = row.ri + 1
+    ENDPOINT_ROWS.changed(e, row)
+  end
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then
     known.busy = known.busy + 1
@@ -465,19 +537,9 @@ local function grant(id, t, e, k, deadline, worker, row)
       BUSY_DIRTY[#BUSY_DIRTY + 1] = e
     end
   else
-    redis.call('ZINCRBY', K_BUSY, 1, e)
+    redis.call('ZINCRBY', K_BUSY, '1', e)
   end
-  if row then -- the pick's copy of the tenant's row, written back once (pick_fair.lua)
-    row[k] = row[k] - 1
-    if not row.dirty then
-      row.dirty = k -- the one field changed so far
-    elseif row.dirty ~= k then
-      row.dirty = 'all'
-    end
-    count_stat(k, -1)
-  else
-    count_queued(t, k, -1)
-  end
+  count_queued(t, k, -1)
   return member
 end
 
@@ -489,7 +551,7 @@ local function flush_grants()
     local scored = {}
     for _, e in ipairs(BUSY_DIRTY) do
       local known = ENDPOINTS[e]
-      scored[#scored + 1] = known.busy
+      scored[#scored + 1] = int(known.busy)
       scored[#scored + 1] = e
       known.dirty = false
     end
@@ -520,7 +582,7 @@ local function give_back_done()
   GIVEN = tally()
   if #order == 1 then
     local e = order[1]
-    if tonumber(redis.call('ZINCRBY', K_BUSY, -by[e][1], e)) <= 0 then
+    if tonumber(redis.call('ZINCRBY', K_BUSY, int(-by[e][1]), e)) <= 0 then
       redis.call('ZREM', K_BUSY, e)
     end
   else
@@ -528,13 +590,17 @@ local function give_back_done()
     local left = {} -- endpoint -> its live leases, false once none
     for i, e in ipairs(order) do
       local busy = num(was[i]) - by[e][1]
-      left[e] = busy > 0 and busy
+      left[e] = busy > 0 and int(busy)
     end
     write_scores(K_BUSY, order, left)
   end
   for _, e in ipairs(order) do
     local n, r = by[e][1], by[e][2]
-    if r > 0 then redis.call('HINCRBY', endpoint_key(e), 'ri', -r) end
+    if r > 0 then
+      local row = ENDPOINT_ROWS.of(e)
+      row.ri = row.ri - r
+      ENDPOINT_ROWS.changed(e, row)
+    end
     local known = ENDPOINTS and ENDPOINTS[e]
     if known then
       known.busy = known.busy - n
@@ -621,7 +687,7 @@ end
 local function next_event_wait()
   local wait = MAX_WAIT
   for _, key in ipairs({K_DELAYED, K_LEASES, K_DUE}) do
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     if first[2] and tonumber(first[2]) - NOW < wait then wait = tonumber(first[2]) - NOW end
   end
   if wait < 0 then wait = 0 end
@@ -678,7 +744,7 @@ rates = function()
   local function take(member, rate, hold)
     if rate <= 0 then return nil end
     local tat = clock(member, rate, hold) + interval_us(rate)
-    redis.call('ZADD', K_TAT, tat, member)
+    redis.call('ZADD', K_TAT, int(tat), member)
     live[K_TAT] = true
     return (tat - tolerance_us(rate)) / 1e6
   end
@@ -690,7 +756,7 @@ rates = function()
     if rate <= 0 then return end
     local tat = score_of(K_TAT, member)
     local limit = NOW_US + tolerance_us(rate) + interval_us(rate)
-    if tat and tat > limit then redis.call('ZADD', K_TAT, limit, member) end
+    if tat and tat > limit then redis.call('ZADD', K_TAT, int(limit), member) end
   end
 
   -- Lanes on e wait for a token that is due at `at`: a pick wakes them then (wake_due).
@@ -705,7 +771,9 @@ rates = function()
   -- chance instead (bounded, as for a pause).
   local function tenant_sleep(t, score, due)
     redis.call('ZREM', K_VT, t)
-    redis.call('HSET', tenant_key(t), 's', score)
+    local row = TENANT_ROWS.of(t)
+    row.s = score
+    TENANT_ROWS.changed(t, row)
     redis.call('ZADD', K_DUE, due, 't' .. t)
     live[K_DUE] = true
     for _, k in ipairs({'f', 'r'}) do
@@ -719,9 +787,12 @@ rates = function()
     redis.call('ZREM', K_DUE, 't' .. t)
     live[K_DUE] = nil
     if is_paused(t) then return 0 end
-    local tk = tenant_key(t)
-    local score = tonumber(redis.call('HGET', tk, 's'))
-    redis.call('HDEL', tk, 's')
+    local row = TENANT_ROWS.of(t)
+    local score = row.s
+    if score then
+      row.s = nil
+      TENANT_ROWS.changed(t, row)
+    end
     if not has_rotation(t) then return 0 end
     join(t, score)
     return 1
@@ -764,8 +835,11 @@ local function begin(keys, argv)
     K_ANSWERED, K_DELAYED, K_FIFO = P .. 'answered', P .. 'delayed', P .. 'fifo'
     K_PAUSED, K_WAKE, K_TAT = P .. 'paused', P .. 'wake', P .. 'tat'
     K_DUE, K_HOLD, K_COUNT, K_PARKED = P .. 'due', P .. 'hold', P .. 'count', P .. 'parked'
+    K_TENANTS, K_ENDPOINTS = P .. 'tenants', P .. 'endpoints'
   end
-  STATS_BY, STATS_SET, SEQ, live, HELD, COUNTS = {}, {}, nil, {}, {}, tally()
+  STATS_BY, STATS_SET, SEQ, live, COUNTS = {}, {}, nil, {}, tally()
+  TENANT_ROWS.reset(K_TENANTS)
+  ENDPOINT_ROWS.reset(K_ENDPOINTS)
   PARKED_NOW = tally()
   RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, GIVEN = nil, nil, {}, {}, tally()
 end
@@ -776,5 +850,7 @@ local function finish()
   give_back_done()
   flush_grants()
   flush_parked()
+  TENANT_ROWS.write()
+  ENDPOINT_ROWS.write()
   flush_stats()
 end

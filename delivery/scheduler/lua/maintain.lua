@@ -8,7 +8,9 @@ local function promote_due(limit)
   for _, member in ipairs(due) do
     redis.call('ZREM', K_DELAYED, member)
     local id, t, e, k = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-    redis.call('HINCRBY', tenant_key(t), 'd', -1)
+    local row = TENANT_ROWS.of(t)
+    row.d = row.d - 1
+    TENANT_ROWS.changed(t, row)
     enter(t, e, k, id)
   end
 end

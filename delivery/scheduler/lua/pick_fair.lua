@@ -41,6 +41,7 @@ end
 -- them (score, then member). A tenant whose new score falls past the window's last drops
 -- out of it; an empty window is read again after the held writes are made.
 local WINDOW = max_items + 1
+local WINDOW_LAST = int(WINDOW - 1)
 local vt_window, vt_at, vt_whole, vt_valid = {}, 1, false, false
 local vt_writes = tally() -- tenant -> new score, or false to leave vt
 local function vt_flush()
@@ -50,9 +51,14 @@ end
 local function vt_first()
   if not vt_valid or (vt_at > #vt_window and not vt_whole) then
     vt_flush()
-    local rows = redis.call('ZRANGE', K_VT, 0, WINDOW - 1, 'WITHSCORES')
+    local rows = redis.call('ZRANGE', K_VT, '0', WINDOW_LAST, 'WITHSCORES')
     vt_window, vt_at = {}, 1
-    for i = 1, #rows, 2 do vt_window[#vt_window + 1] = {rows[i], tonumber(rows[i + 1])} end
+    local tenants = {}
+    for i = 1, #rows, 2 do
+      vt_window[#vt_window + 1] = {rows[i], tonumber(rows[i + 1])}
+      tenants[#tenants + 1] = rows[i]
+    end
+    TENANT_ROWS.read(tenants) -- the window's rows with one HMGET: most will take a turn
     vt_whole = #vt_window < WINDOW
     vt_valid = true
   end
@@ -95,7 +101,7 @@ end
 -- and the head is read again before anything asks for more.
 local rot_cache = {}
 local function rot_read(key, state)
-  local got = redis.call('LRANGE', key, 0, 1)
+  local got = redis.call('LRANGE', key, '0', '1')
   state.head, state.len = got[1] or false, #got
 end
 local function rot_state(key)
@@ -127,43 +133,6 @@ local function leave(rotations, rot, k)
   rotations[k] = state.len
 end
 
--- Tenants' rows, read once per pick: weight, rate, and the counts this pick changes
--- (queued f and r, retry credit c, the used part of a turn u), kept in the row and
--- written back with one HSET when the pick moves on to another tenant (write_row): a
--- flood's tenant, turn after turn, costs one write per pick, any other tenant one per
--- turn, not a count per lease.
-local tenant_rows = {}
-local function tenant_row(t)
-  local row = tenant_rows[t]
-  if row then return row end
-  local read = redis.call('HMGET', tenant_key(t), 'w', 'u', 'rr', 'c', 'f', 'r')
-  row = {
-    w = num(read[1]), u = num(read[2]), rr = num(read[3]),
-    c = num(read[4]), f = num(read[5]), r = num(read[6]), dirty = false, u_changed = false,
-  }
-  tenant_rows[t] = row
-  return row
-end
-local function write_row(t, row)
-  if row.dirty then
-    -- Mostly one field (a turn of fresh work): HSET of just that one.
-    if row.dirty == 'f' or row.dirty == 'r' then
-      redis.call('HSET', tenant_key(t), row.dirty, row[row.dirty])
-    else
-      redis.call('HSET', tenant_key(t), 'f', row.f, 'r', row.r, 'c', row.c)
-    end
-    row.dirty = false
-  end
-  if row.u_changed then
-    if row.u > 0 then
-      redis.call('HSET', tenant_key(t), 'u', row.u)
-    else
-      redis.call('HDEL', tenant_key(t), 'u')
-    end
-    row.u_changed = false
-  end
-end
-
 -- Lanes: a lane's first pop in a pick takes one id and reads the next (its new head, and
 -- whether it has more), like any single pop. A lane popped again in the same pick
 -- (one tenant's backlog, a flood) pops the rest of the pick's room at once; what is left
@@ -178,7 +147,7 @@ local function pop(t, e, k, room)
     -- The common case, a lane popped once per pick: its new head is read and its scores
     -- updated at once, with no record kept (a table per lane costs more than it saves).
     local id = redis.call('LPOP', key)
-    local head = redis.call('LINDEX', key, 0)
+    local head = redis.call('LINDEX', key, '0')
     note_head(t, e, k, id, head)
     lanes[key] = true
     return id, head ~= false
@@ -196,7 +165,7 @@ local function pop(t, e, k, room)
     lane.at = lane.at + 1
   else
     local count = math.max(1, room) + 1
-    lane.ids = redis.call('LPOP', key, count) or {}
+    lane.ids = redis.call('LPOP', key, int(count)) or {}
     lane.ended = #lane.ids < count
     id = lane.ids[1]
     lane.at = 2
@@ -204,7 +173,7 @@ local function pop(t, e, k, room)
   if not lane.first then lane.first = id end
   if lane.at <= #lane.ids then return id, true end
   if lane.ended then return id, false end
-  lane.peek = redis.call('LINDEX', key, 0)
+  lane.peek = redis.call('LINDEX', key, '0')
   lane.ended = not lane.peek
   return id, lane.peek ~= false
 end
@@ -226,7 +195,7 @@ local function write_lanes()
     if not (head and string.sub(head, 1, 10) == was) then
       local member = lane.e .. ':' .. lane.k
       if head then
-        redis.call('ZADD', head_key(lane.t), ulid_ms(head), member)
+        redis.call('ZADD', head_key(lane.t), int(ulid_ms(head)), member)
       else
         redis.call('ZREM', head_key(lane.t), member)
       end
@@ -240,7 +209,7 @@ local function write_lanes()
   -- A tenant's age is its oldest lane head's: unchanged when a lane this pick left alone
   -- was at least as old as everything it popped.
   for _, t in ipairs(tenants.order) do
-    local first = redis.call('ZRANGE', head_key(t), 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', head_key(t), '0', '0', 'WITHSCORES')
     local stays = first[1] and not changed_lanes[t .. ':' .. first[1]]
       and tonumber(first[2]) <= ulid_ms(tenants.by[t])
     if not stays and first[1] then
@@ -257,7 +226,7 @@ local v = vtime()
 local v_read = v
 -- The tenant of the last turn, with what its turns need: a tenant that stays first (a
 -- flood's, alone in the order) takes turn after turn without setting them up again.
-local last_t, last_row, tk, rotations = nil, nil, nil, nil
+local last_t, rotations = nil, nil
 -- Bounds the work of one call: every iteration dispatches, parks one lane or puts one
 -- tenant to sleep.
 local budget = 2 * max_items + 16
@@ -269,7 +238,7 @@ while #out < max_items and budget > 0 do
   local t, score = top[1], top[2]
   if score > v then v = score end
   -- `u`: the used part of a turn that max_items cut short; it resumes in this pick.
-  local row = tenant_row(t)
+  local row = TENANT_ROWS.of(t)
   local weight = row.w
   if t == FALLBACK then weight = fallback_weight end
   if weight < 1 then weight = 1 end
@@ -286,8 +255,7 @@ while #out < max_items and budget > 0 do
   -- Nothing of a kind queued means no lane of it, so no rotation either (most tenants
   -- have no retries).
   if t ~= last_t then
-    if last_row then write_row(last_t, last_row) end
-    last_t, last_row, tk, rotations = t, row, tenant_key(t), {f = 0, r = 0}
+    last_t, rotations = t, {f = 0, r = 0}
     if row.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
     if row.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
   end
@@ -311,7 +279,7 @@ while #out < max_items and budget > 0 do
       budget = budget - 1
     else
       local id, more = pop(t, e, k, max_items - #out - 1)
-      out[#out + 1] = grant(id, t, e, k, deadline, worker, row)
+      out[#out + 1] = grant(id, t, e, k, deadline, worker)
       n = n + 1
       local next_due = nil
       if rate > 0 then next_due = rates().take('e' .. e, rate, hold) end
@@ -323,7 +291,6 @@ while #out < max_items and budget > 0 do
         local delta = share
         if k == 'r' then delta = share - PPM end
         row.c = row.c + delta
-        row.dirty = 'all'
       end
       -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
       -- its endpoint or took its last token (cheaper than discovering it next turn), else
@@ -357,11 +324,11 @@ while #out < max_items and budget > 0 do
   if n >= turn_size then keep = score + n * step end
   if rotating and n < turn_size and n > used then
     row.u = n -- keeps its score: still first in line
-    row.u_changed = true
+    TENANT_ROWS.changed(t, row)
   end
   if used > 0 and (n >= turn_size or not rotating) then
     row.u = 0
-    row.u_changed = true
+    TENANT_ROWS.changed(t, row)
   end
   if not rotating then
     vt_move_first(t, false)
@@ -371,9 +338,8 @@ while #out < max_items and budget > 0 do
     -- everything held back is written first and read again after.
     vt_move_first(t, false)
     vt_flush()
-    write_row(t, row)
     rates().tenant_sleep(t, keep, tdue)
-    vt_valid, rot_cache, last_t, last_row = false, {}, nil, nil
+    vt_valid, rot_cache, last_t = false, {}, nil
     waited = waited + 1
   elseif n >= turn_size then
     vt_move_first(t, keep)
@@ -382,7 +348,6 @@ end
 
 vt_flush()
 write_lanes()
-if last_row then write_row(last_t, last_row) end
 flush_grants()
 ENDPOINTS = nil
 -- Written only when it moved: an idle worker's empty picks then write nothing.

@@ -23,7 +23,7 @@ while #out < max_items and budget > 0 do
   local entry = redis.call('LPOP', K_FIFO)
   local id, t, e, k = string.match(entry, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
   local free, tok, due, rate, hold = capacity(e, k)
-  local trate = num(redis.call('HGET', tenant_key(t), 'rr'))
+  local trate = TENANT_ROWS.of(t).rr
   local ttok, tdue = HUGE, nil
   if trate > 0 then ttok, tdue = rates().tokens('t' .. t, trate) end
   if free <= 0 then

@@ -6,6 +6,8 @@
 local member = ARGV[PROMOTE.member]
 if redis.call('ZREM', K_DELAYED, member) == 0 then return 0 end
 local id, t, e, k = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-redis.call('HINCRBY', tenant_key(t), 'd', -1)
+local row = TENANT_ROWS.of(t)
+row.d = row.d - 1
+TENANT_ROWS.changed(t, row)
 wake(enter(t, e, k, id))
 return 1

@@ -1,19 +1,14 @@
 -- set_endpoint.lua: an operator changed an endpoint's caps or rate (SET_ENDPOINT; a rate
--- per second, "" = none). An idle endpoint has no key to change: the next enqueue
+-- per second, "" = none). An idle endpoint has no row to change: the next enqueue
 -- carries the caps and rate.
 local e = ARGV[SET_ENDPOINT.endpoint]
-local ek = endpoint_key(e)
-if redis.call('EXISTS', ek) == 0 then return 0 end
-redis.call(
-  'HSET', ek, 'm', ARGV[SET_ENDPOINT.max_in_flight],
-  'rm', ARGV[SET_ENDPOINT.retry_max_in_flight])
-local rate = tonumber(ARGV[SET_ENDPOINT.rate])
-if rate then
-  redis.call('HSET', ek, 'rr', rate)
-  rates().clamp_clock('e' .. e, rate)
-else
-  redis.call('HDEL', ek, 'rr')
-end
+local row = ENDPOINT_ROWS.of(e)
+if row.missing then return 0 end
+row.m = tonumber(ARGV[SET_ENDPOINT.max_in_flight])
+row.rm = tonumber(ARGV[SET_ENDPOINT.retry_max_in_flight])
+row.rr = tonumber(ARGV[SET_ENDPOINT.rate]) or 0
+ENDPOINT_ROWS.changed(e, row)
+if row.rr > 0 then rates().clamp_clock('e' .. e, row.rr) end
 local woken = 0
 -- A raised cap or rate un-parks at once; a lowered rate re-times the wait for a token.
 if MODE == 'fair' then woken = fill(e) end

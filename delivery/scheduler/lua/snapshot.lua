@@ -6,7 +6,9 @@
 local top_n = tonumber(ARGV[SNAPSHOT.top_n])
 local stats = redis.call(
   'HMGET', K_STATS, 'f', 'r', 'fallback_total', 'deferrals', 'tenants', 'rate_waits')
-local fallback = redis.call('HMGET', tenant_key(FALLBACK), 'f', 'r')
+local fallback_row = TENANT_ROWS.of(FALLBACK)
+local fallback = {fallback_row.f, fallback_row.r}
+if fallback_row.missing then fallback = {false, false} end
 
 local oldest = ''
 if MODE == 'fifo' then
@@ -19,12 +21,22 @@ end
 
 local tenants = {}
 local aged = redis.call('ZRANGE', K_AGE, 0, top_n - 1, 'WITHSCORES')
+local listed, counted = {}, {}
+for i = 1, #aged, 2 do
+  listed[#listed + 1] = aged[i]
+  counted[#counted + 1] = 't' .. aged[i]
+end
+TENANT_ROWS.read(listed)
+local counts = call_list('HMGET', K_COUNT, counted)
 for i = 1, #aged, 2 do
   local t = aged[i]
-  local row = redis.call('HMGET', tenant_key(t), 'f', 'r', 'd', 'w', 'rr')
-  local in_flight = num(redis.call('HGET', K_COUNT, 't' .. t))
-    - num(row[1]) - num(row[2]) - num(row[3])
-  table.insert(row, 4, in_flight)
+  local tenant = TENANT_ROWS.of(t)
+  local rate = false
+  if tenant.rr > 0 then rate = exact(tenant.rr) end
+  local row = {
+    tenant.f, tenant.r, tenant.d, num(counts[(i + 1) / 2]) - tenant.f - tenant.r - tenant.d,
+    exact(tenant.w), rate,
+  }
   local paused = 0
   if is_paused(t) then paused = 1 end
   -- Rate-limited: out of the turn order until its next token, or no token ready now.
@@ -41,7 +53,11 @@ local endpoints = {}
 local listed = {}
 local function endpoint_row(e, in_flight)
   listed[e] = true
-  local cfg = redis.call('HMGET', endpoint_key(e), 'm', 'rm', 'ri', 'rr')
+  local row = ENDPOINT_ROWS.of(e)
+  local rate = false
+  if row.rr > 0 then rate = exact(row.rr) end
+  local cfg = {row.m, row.rm, row.ri, rate}
+  if row.missing then cfg = {false, false, false, false} end
   local parked = redis.call('ZCARD', park_key(e, 'f')) + redis.call('ZCARD', park_key(e, 'r'))
   local hold = score_of(K_HOLD, e)
   if hold and hold <= NOW then hold = nil end
