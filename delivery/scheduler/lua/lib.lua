@@ -157,9 +157,25 @@ end
 -- when there was none), `encode(row)` its text.
 local function row_store(decode, encode)
   local store = {}
-  local rows, changed_ids, key -- reset() at the start of every call
-  function store.reset(hash_key) rows, changed_ids, key = {}, {}, hash_key end
+  -- reset() at the start of every call; the tables are made on first use, so a call that
+  -- meets no row makes none.
+  local rows, changed_ids, key
+  function store.reset(hash_key) rows, changed_ids, key = nil, nil, hash_key end
+  function store.of(id)
+    if not rows then rows = {} end
+    local row = rows[id]
+    if row == nil then
+      row = decode(redis.call('HGET', key, id))
+      rows[id] = row
+    end
+    return row
+  end
   function store.read(ids)
+    if #ids == 1 then
+      store.of(ids[1])
+      return
+    end
+    if not rows then rows = {} end
     local wanted, seen = {}, {}
     for _, id in ipairs(ids) do
       if rows[id] == nil and not seen[id] then
@@ -170,21 +186,15 @@ local function row_store(decode, encode)
     local got = call_list('HMGET', key, wanted)
     for i, id in ipairs(wanted) do rows[id] = decode(got[i]) end
   end
-  function store.of(id)
-    local row = rows[id]
-    if row == nil then
-      row = decode(redis.call('HGET', key, id))
-      rows[id] = row
-    end
-    return row
-  end
   function store.changed(id, row)
     if not row.changed then
       row.changed = true
+      if not changed_ids then changed_ids = {} end
       changed_ids[#changed_ids + 1] = id
     end
   end
   function store.write()
+    if not changed_ids then return end
     local out = {}
     for _, id in ipairs(changed_ids) do
       local row = rows[id]
@@ -194,12 +204,14 @@ local function row_store(decode, encode)
         row.changed, row.missing = false, false
       end
     end
-    changed_ids = {}
+    changed_ids = nil
     call_many('HSET', key, out)
   end
   -- Rows of those with nothing left anywhere in the schedule go. Returns how many did.
   function store.drop(ids)
-    for _, id in ipairs(ids) do rows[id] = nil end
+    if rows then
+      for _, id in ipairs(ids) do rows[id] = nil end
+    end
     return call_many('HDEL', key, ids)
   end
   return store
@@ -384,9 +396,10 @@ end
 -- slots of one contended endpoint are shared by weight, not by who retried fastest.
 -- The endpoints a call parked lanes on join `parked` with one SADD when the call ends
 -- (flush_parked).
-local PARKED_NOW -- begin() empties it
+local PARKED_NOW -- begin() forgets it; made on first use
 local function park(t, e, k, score)
   redis.call('ZADD', park_key(e, k), score, t)
+  if not PARKED_NOW then PARKED_NOW = tally() end
   if not PARKED_NOW.by[e] then
     PARKED_NOW.by[e] = true
     PARKED_NOW.order[#PARKED_NOW.order + 1] = e
@@ -482,8 +495,9 @@ end
 -- and one HSET at write_counts: an enqueue or an ack of deliveries of many tenants and
 -- endpoints then costs two commands for all their counts, not one per tenant and one per
 -- endpoint.
-local COUNTS -- begin() empties it: "t<t>" / "e<e>" -> change
+local COUNTS -- begin() forgets it; made on first use: "t<t>" / "e<e>" -> change
 local function count_in(field, by)
+  if not COUNTS then COUNTS = tally() end
   local was = COUNTS.by[field]
   if not was then
     COUNTS.order[#COUNTS.order + 1] = field
@@ -493,9 +507,9 @@ local function count_in(field, by)
 end
 -- Returns the fields that reached 0 (HDEL'd): their tenant's or endpoint's hash may go.
 local function write_counts()
+  if not COUNTS then return {} end
   local order, by = COUNTS.order, COUNTS.by
-  COUNTS = tally()
-  if #order == 0 then return {} end
+  COUNTS = nil
   local gone = {}
   if #order <= 2 then
     -- One tenant's deliveries to one endpoint (a flood's acks): an HINCRBY each, whose
@@ -678,7 +692,7 @@ local function fill_each(endpoints)
   local listed = call_list('SMISMEMBER', K_PARKED, endpoints)
   local woken, empty = 0, {}
   for i, e in ipairs(endpoints) do
-    if listed[i] == 1 or PARKED_NOW.by[e] then
+    if listed[i] == 1 or (PARKED_NOW and PARKED_NOW.by[e]) then
       local got, none = fill(e)
       woken = woken + got
       if none then empty[#empty + 1] = e end
@@ -689,8 +703,9 @@ local function fill_each(endpoints)
 end
 
 local function flush_parked()
+  if not PARKED_NOW then return end
   call_many('SADD', K_PARKED, PARKED_NOW.order)
-  PARKED_NOW = tally()
+  PARKED_NOW = nil
 end
 
 -- How long a worker may sleep when nothing is dispatchable: until the next delayed
@@ -849,10 +864,9 @@ local function begin(keys, argv)
     K_DUE, K_HOLD, K_COUNT, K_PARKED = P .. 'due', P .. 'hold', P .. 'count', P .. 'parked'
     K_TENANTS, K_ENDPOINTS = P .. 'tenants', P .. 'endpoints'
   end
-  STATS_BY, STATS_SET, SEQ, live, COUNTS = {}, {}, nil, {}, tally()
+  STATS_BY, STATS_SET, SEQ, live, COUNTS, PARKED_NOW = {}, {}, nil, {}, nil, nil
   TENANT_ROWS.reset(K_TENANTS)
   ENDPOINT_ROWS.reset(K_ENDPOINTS)
-  PARKED_NOW = tally()
   RATES, ENDPOINTS, PENDING_LEASES, BUSY_DIRTY, GIVEN = nil, nil, {}, {}, tally()
 end
 
