@@ -32,7 +32,10 @@ runs that checkout's scripts and this one's on the same workload, interleaved ca
 call on the same server, and reports each one's server time inside scripts
 (`script_us_per_delivery`, INFO commandstats usec of EVALSHA or FCALL) and commands: CPU figures
 swing by ±30% from run to run on this shared machine, so only a ratio measured in one
-run, side by side, says whether a change made the scripts cheaper.
+run, side by side, says whether a change made the scripts cheaper. It also enqueues up
+to 5,000 of the deliveries one per call with each version, interleaved
+(`single_enqueue_script_us`, `single_enqueue_commands`: what one signed POST's enqueue
+costs each).
 """
 
 import argparse
@@ -282,10 +285,35 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
         }
         for name in names
     }
-    for key in ("script_us_per_delivery", "commands_per_delivery"):
+    single = single_enqueues_against(conn, names, work[: min(len(work), 5_000)])
+    for name in names:
+        out[name]["single_enqueue_script_us"], out[name]["single_enqueue_commands"] = single[name]
+    for key in ("script_us_per_delivery", "commands_per_delivery", "single_enqueue_script_us"):
         out[f"{key}_before_over_after"] = out["before"][key] / out["after"][key]
     out["code_before"] = str(other)
     return out
+
+
+def single_enqueues_against(
+    conn: redis.Redis, names: dict[str, Scheduler], work: list[Item]
+) -> dict[str, tuple[float, float]]:
+    """Each version enqueues `work` one delivery per call (a single signed POST's enqueue),
+    interleaved call by call, twice (the first uncounted): per call, the server's time in
+    the script and the commands it ran."""
+    usec = {name: 0 for name in names}
+    commands = {name: 0 for name in names}
+    for round_ in range(2):
+        for sched in names.values():
+            sched.clear()
+        for item in work:
+            for name, sched in names.items():
+                usec_before, _, calls_before = script_counts(conn)
+                sched.enqueue([item])
+                usec_after, _, calls_after = script_counts(conn)
+                if round_:
+                    usec[name] += usec_after - usec_before
+                    commands[name] += calls_after - calls_before
+    return {name: (usec[name] / len(work), commands[name] / len(work)) for name in names}
 
 
 def by_command(conn: redis.Redis, args: argparse.Namespace) -> dict:

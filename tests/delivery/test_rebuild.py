@@ -117,13 +117,27 @@ def test_with_a_shard_unreachable_only_its_deliveries_wait_and_it_is_rebuilt_on_
     assert held == Counter(Delivery.objects.values_list("id", flat=True))  # each once
 
 
-def test_a_schedule_in_the_format_before_21_is_rebuilt_by_the_first_sweep(redis_conn) -> None:
-    """Its tenant hashes counted leases (`i`), not everything of theirs (`n`): the scripts
-    of today would drop such a hash too early, so the old epoch marker does not count."""
+@pytest.mark.parametrize(
+    ("old_epoch", "old_keys"),
+    [
+        # Before #21: tenant hashes counted leases (`i`), not everything of theirs (`n`).
+        ("epoch", {"t:fb": {"f": 1, "i": 0, "w": 1}}),
+        # Before scheduler v2: a hash per tenant and per endpoint, each with its count `n`.
+        ("epoch:2", {"t:fb": {"f": 1, "n": 1, "w": 1}, "e:1": {"m": 8, "rm": 8, "n": 1}}),
+    ],
+)
+def test_a_schedule_in_an_older_format_is_rebuilt_by_the_first_sweep(
+    redis_conn, old_epoch, old_keys
+) -> None:
+    """The scripts of today would misread an older format's counts (and drop rows too
+    early), so an older version's epoch marker does not count: the first sweep rebuilds,
+    and nothing of the old format is left."""
     open_deliveries(2)
     scheduler = get_scheduler()
-    old_epoch = scheduler.keys.prefix + "epoch"
-    redis_conn.set(old_epoch, new_ulid())  # all an older version left behind
+    prefix = scheduler.keys.prefix
+    redis_conn.set(prefix + old_epoch, new_ulid())  # what an older version left behind
+    for key, fields in old_keys.items():
+        redis_conn.hset(prefix + key, mapping=fields)
     scheduler.enqueue([Item(new_ulid(), None, 1)])  # a stale entry, no row behind it
 
     assert scheduler.epoch() is None
@@ -131,7 +145,8 @@ def test_a_schedule_in_the_format_before_21_is_rebuilt_by_the_first_sweep(redis_
 
     assert scheduler.snapshot().fresh_depth == 2  # the rows, not the stale entry
     assert scheduler.epoch() is not None
-    assert not redis_conn.exists(old_epoch)
+    assert not redis_conn.exists(prefix + old_epoch, *(prefix + key for key in old_keys))
+    check_invariants(scheduler)
 
 
 def test_rebuild_lanes_forgets_the_shards_named_and_refuses_those_in_use(redis_conn) -> None:

@@ -241,7 +241,9 @@ local ENDPOINT_ROW = '^([^,]*),([^,]*),([^,]*),([^,]*)$'
 local ENDPOINT_ROWS = row_store(function(text)
   if not text then return {m = 0, rm = 0, ri = 0, rr = 0, missing = true} end
   local m, rm, ri, rr = string.match(text, ENDPOINT_ROW)
-  return {m = tonumber(m) or 0, rm = tonumber(rm) or 0, ri = tonumber(ri) or 0, rr = tonumber(rr) or 0}
+  return {
+    m = tonumber(m) or 0, rm = tonumber(rm) or 0, ri = tonumber(ri) or 0, rr = tonumber(rr) or 0,
+  }
 end, function(row)
   local rr = ''
   if row.rr > 0 then rr = exact(row.rr) end
