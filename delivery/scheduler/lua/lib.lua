@@ -120,21 +120,30 @@ local function call_list(command, key, values, first_value)
   return out
 end
 
--- New scores for some of a ZSET's members, at once: one ZREM of those whose score is
--- false (they leave) and one ZADD of the others.
-local function write_scores(key, members, scores)
+-- New values for some of a ZSET's members or a hash's fields, at once: one `remove`
+-- (ZREM, HDEL) of those whose value is false (they leave) and one `write` (ZADD, HSET)
+-- of the others. Returns the ones that left.
+local function write_values(key, members, values, write, remove)
   local adds, gone = {}, {}
+  local score_first = write == 'ZADD'
   for _, member in ipairs(members) do
-    local score = scores[member]
-    if score then
-      adds[#adds + 1] = score
+    local value = values[member]
+    if not value then
+      gone[#gone + 1] = member
+    elseif score_first then
+      adds[#adds + 1] = value
       adds[#adds + 1] = member
     else
-      gone[#gone + 1] = member
+      adds[#adds + 1] = member
+      adds[#adds + 1] = value
     end
   end
-  call_many('ZREM', key, gone)
-  call_many('ZADD', key, adds)
+  call_many(remove, key, gone)
+  call_many(write, key, adds)
+  return gone
+end
+local function write_scores(key, members, scores)
+  write_values(key, members, scores, 'ZADD', 'ZREM')
 end
 
 -- Values by key, in the order keys first came (so what a script does with them next is
@@ -512,8 +521,8 @@ local function write_counts()
   if not COUNTS then return {} end
   local order, by = COUNTS.order, COUNTS.by
   COUNTS = nil
-  local gone = {}
   if #order <= 2 then
+    local gone = {}
     -- One tenant's deliveries to one endpoint (a flood's acks): an HINCRBY each, whose
     -- reply is the new count, costs less than reading and writing them.
     for _, field in ipairs(order) do
@@ -525,19 +534,12 @@ local function write_counts()
     return gone
   end
   local was = call_list('HMGET', K_COUNT, order)
-  local set = {}
+  local values = {}
   for i, field in ipairs(order) do
     local value = num(was[i]) + by[field]
-    if value > 0 then
-      set[#set + 1] = field
-      set[#set + 1] = int(value)
-    else
-      gone[#gone + 1] = field
-    end
+    values[field] = value > 0 and int(value)
   end
-  call_many('HSET', K_COUNT, set)
-  call_many('HDEL', K_COUNT, gone)
-  return gone
+  return write_values(K_COUNT, order, values, 'HSET', 'HDEL')
 end
 
 -- Record a lease. The slot is the lease: counts change only together with the leases
