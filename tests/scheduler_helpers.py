@@ -1,6 +1,7 @@
 """What the scheduler's tests share: a fake clock, small batches, draining, and the
 invariants every state of the schedule must satisfy (checked against the raw keys)."""
 
+import struct
 from collections import Counter
 
 from core.ids import new_ulid, ulid_time_ms
@@ -160,20 +161,24 @@ TENANT_ROW = ("w", "rr", "f", "r", "d", "c", "u", "s")  # lua/lib.lua, `tenants`
 ENDPOINT_ROW = ("m", "rm", "ri", "rr")  # lua/lib.lua, `endpoints`
 
 
-def tenant_row(text: bytes) -> dict[str, float]:
-    """A tenant's row in the `tenants` hash, by name (an empty field is absent)."""
-    return _row(text, TENANT_ROW)
+def tenant_row(packed: bytes) -> dict[str, float]:
+    """A tenant's row in the `tenants` hash, by name (its saved virtual time, -1 when it has
+    none, left out then)."""
+    row = _row(packed, TENANT_ROW)
+    if row["s"] < 0:
+        del row["s"]
+    return row
 
 
 def endpoint_row(sched: Scheduler, endpoint_id: int | str) -> dict[str, float]:
     """An endpoint's row in the `endpoints` hash, by name ({} without one)."""
-    text = sched.connection.hget(sched.keys.endpoints, str(endpoint_id))
-    return _row(text, ENDPOINT_ROW) if text is not None else {}
+    packed = sched.connection.hget(sched.keys.endpoints, str(endpoint_id))
+    return _row(packed, ENDPOINT_ROW) if packed is not None else {}
 
 
-def _row(text: bytes, names: tuple[str, ...]) -> dict[str, float]:
-    values = text.decode().split(",")
-    return {name: float(v) for name, v in zip(names, values, strict=True) if v}
+def _row(packed: bytes, names: tuple[str, ...]) -> dict[str, float]:
+    """lua/lib.lua packs rows as little-endian doubles (Redis's struct library)."""
+    return dict(zip(names, struct.unpack(f"<{len(names)}d", packed), strict=True))
 
 
 def _endpoint_of(lanes, leases, delayed, fifo, delivery_id) -> str:

@@ -594,7 +594,7 @@ def test_without_rates_nothing_new_is_stored_and_a_pick_is_still_one_round_trip(
     assert calls == [expected] * 2
     keys = sched.keys
     assert not redis_conn.exists(keys.tat, keys.due, keys.hold)
-    assert "rr" not in endpoint_row(sched, 1)
+    assert endpoint_row(sched, 1).get("rr", 0) == 0  # no rate
 
 
 # --- the database side: models, item_for, signals --------------------------------------------

@@ -21,15 +21,15 @@
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   tenants     HASH  t -> the tenant's row, "w,rr,f,r,d,c,u,s": w weight, rr rate per
---                     second ("" = unlimited), f r d fresh/retry queued and delayed
---                     counts, c retry credit (ppm), u used part of an unfinished turn,
---                     s virtual time kept while paused or asleep for its rate ("" =
+--   tenants     HASH  t -> the tenant's row, eight doubles (struct "<dddddddd"): w weight,
+--                     rr rate per second (0 = unlimited), f r d fresh/retry queued and
+--                     delayed counts, c retry credit (ppm), u used part of an unfinished
+--                     turn, s virtual time kept while paused or asleep for its rate (-1 =
 --                     none). One field per tenant, so a call reads the rows of the
 --                     tenants it meets with one HMGET and writes them with one HSET
 --                     (row_store)
---   endpoints   HASH  e -> the endpoint's row, "m,rm,ri,rr": m rm caps, ri live retry
---                     leases, rr rate per second ("" = unlimited)
+--   endpoints   HASH  e -> the endpoint's row, four doubles (struct "<dddd"): m rm caps,
+--                     ri live retry leases, rr rate per second (0 = unlimited)
 --   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
 --                     the schedule (queued, delayed or leased; a tenant's in flight is
 --                     count - f - r - d). Its hash goes when this reaches 0. One hash for
@@ -160,10 +160,10 @@ local function exact(x)
 end
 
 -- Rows of tenants and endpoints, one field each in one hash (`tenants`, `endpoints`),
--- packed as text: a call reads the rows of everyone it meets with one HMGET (read) or
--- an HGET each (of), changes them in Lua, and writes every changed one back with one
--- HSET when it ends (write, from finish). `decode(text or false)` makes a row (`missing`
--- when there was none), `encode(row)` its text.
+-- packed: a call reads the rows of everyone it meets with one HMGET (read) or an HGET
+-- each (of), changes them in Lua, and writes every changed one back with one HSET when
+-- it ends (write, from finish). `decode(packed or false)` makes a row (`missing` when
+-- there was none), `encode(row)` its packed value.
 local function row_store(decode, encode)
   local store = {}
   -- reset() at the start of every call; the tables are made on first use, so a call that
@@ -226,37 +226,30 @@ local function row_store(decode, encode)
   return store
 end
 
--- A tenant's row: "w,rr,f,r,d,c,u,s" (see `tenants` above).
-local TENANT_ROW = '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$'
-local TENANT_ROWS = row_store(function(text)
-  if not text then
+-- Rows are packed with Redis's `struct` library, as little-endian doubles: decoding one
+-- is a C call, not a pattern match and a tonumber per field (a tenant's row: ~0.2 against
+-- ~0.8 µs to decode, ~0.26 against ~0.6 µs to encode). A value a row may lack (a tenant's
+-- saved virtual time) is -1 there.
+-- A tenant's row: w, rr, f, r, d, c, u, s (see `tenants` above).
+local TENANT_ROWS = row_store(function(packed)
+  if not packed then
     return {w = 0, rr = 0, f = 0, r = 0, d = 0, c = 0, u = 0, s = nil, missing = true}
   end
-  local w, rr, f, r, d, c, u, s = string.match(text, TENANT_ROW)
-  return {
-    w = tonumber(w) or 0, rr = tonumber(rr) or 0, f = tonumber(f) or 0, r = tonumber(r) or 0,
-    d = tonumber(d) or 0, c = tonumber(c) or 0, u = tonumber(u) or 0, s = tonumber(s),
-  }
+  local w, rr, f, r, d, c, u, s = struct.unpack('<dddddddd', packed)
+  if s < 0 then s = nil end
+  return {w = w, rr = rr, f = f, r = r, d = d, c = c, u = u, s = s}
 end, function(row)
-  local rr, s = '', ''
-  if row.rr > 0 then rr = exact(row.rr) end
-  if row.s then s = exact(row.s) end
-  return string.format(
-    '%s,%s,%d,%d,%d,%d,%d,%s', exact(row.w), rr, row.f, row.r, row.d, row.c, row.u, s)
+  return struct.pack(
+    '<dddddddd', row.w, row.rr, row.f, row.r, row.d, row.c, row.u, row.s or -1)
 end)
 
--- An endpoint's row: "m,rm,ri,rr" (see `endpoints` above).
-local ENDPOINT_ROW = '^([^,]*),([^,]*),([^,]*),([^,]*)$'
-local ENDPOINT_ROWS = row_store(function(text)
-  if not text then return {m = 0, rm = 0, ri = 0, rr = 0, missing = true} end
-  local m, rm, ri, rr = string.match(text, ENDPOINT_ROW)
-  return {
-    m = tonumber(m) or 0, rm = tonumber(rm) or 0, ri = tonumber(ri) or 0, rr = tonumber(rr) or 0,
-  }
+-- An endpoint's row: m, rm, ri, rr (see `endpoints` above).
+local ENDPOINT_ROWS = row_store(function(packed)
+  if not packed then return {m = 0, rm = 0, ri = 0, rr = 0, missing = true} end
+  local m, rm, ri, rr = struct.unpack('<dddd', packed)
+  return {m = m, rm = rm, ri = ri, rr = rr}
 end, function(row)
-  local rr = ''
-  if row.rr > 0 then rr = exact(row.rr) end
-  return string.format('%d,%d,%d,%s', row.m, row.rm, row.ri, rr)
+  return struct.pack('<dddd', row.m, row.rm, row.ri, row.rr)
 end)
 
 -- A ULID's first 10 Crockford base32 characters are its creation time in ms: the age of
