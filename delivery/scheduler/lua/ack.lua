@@ -29,7 +29,7 @@ for i, member in ipairs(held) do
     if freed[#freed] ~= e then freed[#freed + 1] = e end
   end
 end
-give_back_done() -- before an endpoint's hash may go: a retry slot's count lives there
+give_back_done() -- before an endpoint's row may go: its retry slots' count lives there
 -- A tenant or endpoint with nothing left anywhere in the schedule leaves no key behind.
 local tenants_gone, endpoints_gone = {}, {}
 for _, field in ipairs(write_counts()) do

@@ -32,7 +32,7 @@
 --                     ri live retry leases, rr rate per second (0 = unlimited)
 --   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
 --                     the schedule (queued, delayed or leased; a tenant's in flight is
---                     count - f - r - d). Its hash goes when this reaches 0. One hash for
+--                     count - f - r - d). Its row goes when this reaches 0. One hash for
 --                     all, so a call reads and writes every count it changes with one
 --                     HMGET and one HSET, however many tenants and endpoints
 --   busy        ZSET  endpoints by number of live leases not yet answered (in flight)
@@ -53,7 +53,7 @@
 -- Invariant: a non-empty lane is in exactly one place, its tenant's rotation or its
 -- endpoint's park set (waiting for a slot or a token); a tenant is in vt exactly when it
 -- is unpaused, has a rotation and is not asleep for its rate ("t<t>" in due).
--- Empty lists/sets vanish by themselves and hashes are deleted at zero, so an idle
+-- Empty lists/sets vanish by themselves and rows and counts are deleted at zero, so an idle
 -- tenant or endpoint leaves no key behind.
 
 -- A call's own state. Each is set by begin(), at the start of every call: under EVAL this
@@ -227,8 +227,8 @@ local function row_store(decode, encode)
 end
 
 -- Rows are packed with Redis's `struct` library, as little-endian doubles: decoding one
--- is a C call, not a pattern match and a tonumber per field (a tenant's row: ~0.2 against
--- ~0.8 µs to decode, ~0.26 against ~0.6 µs to encode). A value a row may lack (a tenant's
+-- is a C call, not a pattern match and a tonumber per field, several times cheaper
+-- (docs/SCHEDULER.md, "Redis work per delivery"). A value a row may lack (a tenant's
 -- saved virtual time) is -1 there.
 -- A tenant's row: w, rr, f, r, d, c, u, s (see `tenants` above).
 local TENANT_ROWS = row_store(function(packed)
@@ -509,7 +509,7 @@ local function count_in(field, by)
   end
   COUNTS.by[field] = was + by
 end
--- Returns the fields that reached 0 (HDEL'd): their tenant's or endpoint's hash may go.
+-- Returns the fields that reached 0 (HDEL'd): their tenant's or endpoint's row may go.
 local function write_counts()
   if not COUNTS then return {} end
   local order, by = COUNTS.order, COUNTS.by
