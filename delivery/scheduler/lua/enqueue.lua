@@ -49,16 +49,16 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
   if not same(endpoint_cfg[e], i, ENDPOINT_CFG) then
     endpoint_cfg[e] = i
     local erate = tonumber(ARGV[i + ITEM.endpoint_rate]) or 0
-    local row = ENDPOINT_ROWS.of(e)
+    local erow = ENDPOINT_ROWS.of(e)
     local m = tonumber(ARGV[i + ITEM.max_in_flight])
     local rm = tonumber(ARGV[i + ITEM.retry_max_in_flight])
-    local same_rate = row.rr == erate
-    if not row.missing and (m > row.m or rm > row.rm or not same_rate) then
+    local same_rate = erow.rr == erate
+    if not erow.missing and (m > erow.m or rm > erow.rm or not same_rate) then
       changed[#changed + 1] = e
     end
-    if row.missing or row.m ~= m or row.rm ~= rm or not same_rate then
-      row.m, row.rm, row.rr = m, rm, erate
-      ENDPOINT_ROWS.changed(e, row)
+    if erow.missing or erow.m ~= m or erow.rm ~= rm or not same_rate then
+      erow.m, erow.rm, erow.rr = m, rm, erate
+      ENDPOINT_ROWS.changed(e, erow)
     end
     if erate > 0 then rates().clamp_clock('e' .. e, erate) end
   end
@@ -67,8 +67,7 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
 
   if due and due > NOW then
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|' .. k)
-    row.d = row.d + 1
-    TENANT_ROWS.changed(t, row)
+    count_in_row(t, 'd', 1)
     woken = woken + 1 -- a sleeper re-reads when the next delayed delivery is due
   else
     woken = woken + enter(t, e, k, id)

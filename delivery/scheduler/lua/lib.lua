@@ -458,10 +458,15 @@ local function note_head(t, e, k, popped, head)
   return head ~= false
 end
 
-local function count_queued(t, k, by)
+-- Add `by` to one of a tenant's counts (f, r, d) in its row.
+local function count_in_row(t, field, by)
   local row = TENANT_ROWS.of(t)
-  row[k] = row[k] + by
+  row[field] = row[field] + by
   TENANT_ROWS.changed(t, row)
+end
+
+local function count_queued(t, k, by)
+  count_in_row(t, k, by)
   count_stat(k, by)
 end
 

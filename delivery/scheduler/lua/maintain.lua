@@ -8,9 +8,7 @@ local function promote_due(limit)
   for _, member in ipairs(due) do
     redis.call('ZREM', K_DELAYED, member)
     local id, t, e, k = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-    local row = TENANT_ROWS.of(t)
-    row.d = row.d - 1
-    TENANT_ROWS.changed(t, row)
+    count_in_row(t, 'd', -1)
     enter(t, e, k, id)
   end
 end

@@ -33,9 +33,10 @@ end
 
 -- A pick's turns are the only writer of the keys below until it ends, so it reads each
 -- once, keeps it in these tables and writes it back once (see docs/SCHEDULER.md,
--- "Batched within a pick"): a tenant's row, its rotations' lengths and heads, the turn
--- order's first few tenants, and the lanes it pops. The rare paths that let other code
--- read or change them (a tenant asleep for its rate) write everything back first.
+-- "Batched within a pick"): its rotations' lengths and heads, the turn order's first few
+-- tenants, and the lanes it pops (tenants' rows are lib.lua's, shared with all the code a
+-- call runs). The rare paths that let other code read or change them (a tenant asleep for
+-- its rate) write everything back first.
 
 -- The turn order (vt): a window of its first WINDOW tenants, ordered as the ZSET orders
 -- them (score, then member). A tenant whose new score falls past the window's last drops
@@ -290,7 +291,7 @@ while #out < max_items and budget > 0 do
       if both then
         local delta = share
         if k == 'r' then delta = share - PPM end
-        row.c = row.c + delta
+        row.c = row.c + delta -- (grant marked the row changed)
       end
       -- Rotate: the lane leaves the rotation when empty, parks now if this lease filled
       -- its endpoint or took its last token (cheaper than discovering it next turn), else

@@ -6,8 +6,6 @@
 local member = ARGV[PROMOTE.member]
 if redis.call('ZREM', K_DELAYED, member) == 0 then return 0 end
 local id, t, e, k = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-local row = TENANT_ROWS.of(t)
-row.d = row.d - 1
-TENANT_ROWS.changed(t, row)
+count_in_row(t, 'd', -1)
 wake(enter(t, e, k, id))
 return 1

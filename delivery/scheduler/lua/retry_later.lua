@@ -12,9 +12,7 @@ for i = RETRY_LATER.pairs, #ARGV, RETRY_PAIR.SIZE do
   if id then
     local due = tonumber(ARGV[i + RETRY_PAIR.due])
     redis.call('ZADD', K_DELAYED, due, id .. '|' .. t .. '|' .. e .. '|r')
-    local row = TENANT_ROWS.of(t)
-    row.d = row.d + 1
-    TENANT_ROWS.changed(t, row)
+    count_in_row(t, 'd', 1)
     retried = retried + 1
     if freed[#freed] ~= e then freed[#freed + 1] = e end
     done[#done + 1] = 1
