@@ -274,6 +274,13 @@ local function ulid_ms(id)
   return ((high * 32 + (b[c5] or 0)) * 1048576 + low) * 32 + (b[c10] or 0)
 end
 
+-- Ages are kept in steps of 1024 milliseconds, a ULID's first eight characters: a lane's
+-- head score and its tenant's age change only when a pop moves the head into a later
+-- step. Each score is then at most one step older than the head it stands for, never
+-- younger (docs/SCHEDULER.md, "Backlog ages"), and a backlog whose deliveries came in
+-- close together (a burst, a flood) pops without touching the age sets.
+local function same_age_step(a, b) return string.sub(a, 1, 8) == string.sub(b, 1, 8) end
+
 local function vtime() return num(redis.call('HGET', K_STATS, 'V')) end
 
 -- The stats hash's counters, written back once at the end of the script (scripts.py
@@ -431,14 +438,12 @@ end
 -- After a lane's head changed: refresh its entry in the tenant's head set and the
 -- tenant's oldest-work score (O(log lanes), no scan of the tenant's lanes).
 -- Returns whether the lane still holds anything. `popped`: the head that just left, if
--- that was the change; a new head enqueued in the same millisecond changes no score.
+-- that was the change; a new head in the same age step as it changes no score.
 -- `head`: the lane's head if the caller read it already (false: the lane is empty).
 local function note_head(t, e, k, popped, head)
   local hk = head_key(t)
   if head == nil then head = redis.call('LINDEX', lane_key(t, e, k), '0') end
-  if head and popped and string.sub(head, 1, 10) == string.sub(popped, 1, 10) then
-    return true
-  end
+  if head and popped and same_age_step(head, popped) then return true end
   if head then
     redis.call('ZADD', hk, int(ulid_ms(head)), e .. ':' .. k)
   else

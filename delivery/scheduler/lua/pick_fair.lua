@@ -185,25 +185,25 @@ local function lane_head(lane)
   return lane.peek
 end
 local function write_lanes()
-  local tenants = tally() -- tenant -> the oldest head (time prefix) its changed lanes had
+  local tenants = tally() -- tenant -> the oldest head its changed lanes had
   local changed_lanes = {}
   for _, lane in ipairs(lane_order) do
     local head = lane_head(lane)
     local left = {}
     for i = #lane.ids, lane.at, -1 do left[#left + 1] = lane.ids[i] end
     call_many('LPUSH', lane.key, left)
-    local was = string.sub(lane.first, 1, 10) -- the time its head score holds (its first pop's)
-    if not (head and string.sub(head, 1, 10) == was) then
+    -- Its head score is in its first popped head's age step.
+    if not (head and same_age_step(head, lane.first)) then
       local member = lane.e .. ':' .. lane.k
       if head then
         redis.call('ZADD', head_key(lane.t), int(ulid_ms(head)), member)
       else
         redis.call('ZREM', head_key(lane.t), member)
       end
-      -- A ULID's time prefix orders as its time does: the oldest head popped, uncoded.
+      -- ULIDs order as their times do: the oldest head popped, uncoded.
       local oldest = tenants.by[lane.t]
       if not oldest then tenants.order[#tenants.order + 1] = lane.t end
-      if not oldest or was < oldest then tenants.by[lane.t] = was end
+      if not oldest or lane.first < oldest then tenants.by[lane.t] = lane.first end
       changed_lanes[lane.t .. ':' .. member] = true
     end
   end
