@@ -277,7 +277,7 @@ end
 -- Ages are kept in steps of 1024 milliseconds, a ULID's first eight characters: a lane's
 -- head score and its tenant's age change only when a pop moves the head into a later
 -- step. Each score is then at most one step older than the head it stands for, never
--- younger (docs/SCHEDULER.md, "Backlog ages"), and a backlog whose deliveries came in
+-- younger (docs/SCHEDULER.md, "Ages in steps"), and a backlog whose deliveries came in
 -- close together (a burst, a flood) pops without touching the age sets.
 local function same_age_step(a, b) return string.sub(a, 1, 8) == string.sub(b, 1, 8) end
 
