@@ -12,7 +12,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-COLORS = {"fair": "#1b7837", "fifo": "#c51b7d", "no-caps": "#d95f02", "no-hang": "#4575b4"}
+COLORS = {
+    "fair": "#1b7837",
+    "fifo": "#c51b7d",
+    "no-caps": "#d95f02",
+    "no-hang": "#4575b4",
+    "static": "#4575b4",
+}
 DASHES = ["", "7 4", "2 3"]
 NAMES = {
     "quiet": "quiet tenants",
@@ -20,16 +26,19 @@ NAMES = {
     "healthy": "healthy endpoints",
     "other": "other tenants",
     "large": "large tenant",
+    "fragile": "fragile endpoint's tenant",
 }
 GROUPS = {
     "flood": ["quiet", "loud"],
     "slow-endpoints": ["healthy"],
     "retry-storm": ["other", "large"],
+    "fragile-endpoints": ["quiet", "fragile"],
 }
 TITLES = {
     "flood": "Flood: latency from acceptance to arrival",
     "slow-endpoints": "Slow endpoints: healthy endpoints' latency, acceptance to arrival",
     "retry-storm": "Retry storm: latency from acceptance to arrival",
+    "fragile-endpoints": "Fragile endpoint: latency from acceptance to arrival (the window's)",
 }
 WIDTH, PLOT_HEIGHT, LEFT, RIGHT = 900, 250, 70, 880
 TITLE_SPACE, AXIS_SPACE, LEGEND_LINE = 34, 30, 17

@@ -10,13 +10,18 @@ path says how to answer and whose delivery it is:
     /storm/<tenant>/<endpoint>   after service_ms: 503 while "down" (an outage; or, told
                                  so, with a Retry-After naming the announced recovery,
                                  as a maintenance page would), 200 once it is back
+    /fragile/<tenant>/<endpoint> a server of capacity C (the platform is not told it):
+                                 with n requests open, this one included, 200 after
+                                 service_ms x max(1, n / C), so past C requests at once
+                                 answers only slow down; past 2C, 503 at once
 
 Each request is recorded as (webhook-id, path, arrival time, status, retry). `retry` is
 1 when the same webhook-id already reached a storm path: the receiver tells a platform's
 retry from a first attempt the way a real one could, by the id.
 
 Control requests (the runner's): GET /__stats, GET /__records, POST /__reset,
-POST /__down?until=UNIX_TIME[&retry_after=1] (up again at that time). Run with `python -m simulation.receiver SERVICE_MS`;
+POST /__down?until=UNIX_TIME[&retry_after=1] (up again at that time),
+POST /__capacity?c=N (the fragile endpoint's C from now on). Run with `python -m simulation.receiver SERVICE_MS`;
 it prints its port, then serves until killed.
 """
 
@@ -35,7 +40,7 @@ DOWN = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown"
 MAINTENANCE = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 4\r\n\r\ndown"
 )
-KINDS = ("ok", "hang", "storm", "storm_retry")
+KINDS = ("ok", "hang", "storm", "storm_retry", "fragile")
 
 
 @dataclass
@@ -43,6 +48,7 @@ class State:
     service_ms: float
     down_until: float = 0.0  # the storm endpoint answers 503 until this time
     retry_after: bool = False  # ...with a Retry-After pointing at that time
+    capacity: int = 1  # the fragile endpoint's C: requests it takes at once at full speed
     records: list[tuple[str, str, float, int, int]] = field(default_factory=list)
     seen_storm: set[str] = field(default_factory=set)
     open: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
@@ -52,6 +58,7 @@ class State:
     def reset(self) -> None:
         self.down_until = 0.0
         self.retry_after = False
+        self.capacity = 1
         self.records.clear()
         self.seen_storm.clear()
         self.statuses.clear()
@@ -106,6 +113,9 @@ class Protocol(asyncio.Protocol):
             self._hold("hang")
             state.records.append((event_id, text, now, 0, 0))
             return
+        if kind == "fragile":
+            self._fragile(event_id, text, now)
+            return
         status, retry = 200, 0
         if kind == "storm":
             retry = int(event_id in state.seen_storm)
@@ -125,6 +135,21 @@ class Protocol(asyncio.Protocol):
             self._finish(reply)  # open for an instant, still counted in the maxima
         else:
             asyncio.get_running_loop().call_later(state.service_ms / 1000, self._finish, reply)
+
+    def _fragile(self, event_id: str, path: str, now: float) -> None:
+        state = self.state
+        assert self.transport is not None
+        self._release()  # a request this connection left open before is over
+        open_now = state.open["fragile"] + 1
+        status = 200 if open_now <= 2 * state.capacity else 503
+        state.statuses[status] = state.statuses.get(status, 0) + 1
+        state.records.append((event_id, path, now, status, 0))
+        if status != 200:
+            self.transport.write(DOWN)
+            return
+        self._hold("fragile")
+        delay = state.service_ms / 1000 * max(1.0, open_now / state.capacity)
+        asyncio.get_running_loop().call_later(delay, self._finish, OK)
 
     def _finish(self, reply: bytes) -> None:
         self._release()
@@ -162,6 +187,8 @@ class Protocol(asyncio.Protocol):
             query = dict(part.split("=", 1) for part in path.partition("?")[2].split("&"))
             state.down_until = float(query["until"])
             state.retry_after = query.get("retry_after") == "1"
+        elif path.startswith("/__capacity?c="):
+            state.capacity = max(1, int(path.partition("=")[2]))
         return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
@@ -222,6 +249,10 @@ class Receiver:
     def down_until(self, until: float, *, retry_after: bool = False) -> None:
         """The storm endpoint answers 503 until `until` (a Unix time), then 200."""
         self._call(f"/__down?until={until:.3f}&retry_after={int(retry_after)}", "POST")
+
+    def set_capacity(self, capacity: int) -> None:
+        """The fragile endpoint takes `capacity` requests at once at full speed from now."""
+        self._call(f"/__capacity?c={capacity}", "POST")
 
     def close(self) -> None:
         self.process.terminate()

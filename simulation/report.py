@@ -51,6 +51,8 @@ class Observed:
     lease_limit_share: float | None = None
     receiver_open_max: dict[str, int] = field(default_factory=dict)
     outage: tuple[float, float] | None = None
+    # fragile-endpoints: (seconds after the start, the capacity C from then on)
+    capacity_changes: list[tuple[float, int]] = field(default_factory=list)
     bounds: dict[str, float] = field(default_factory=dict)
     timed_out: bool = False
     # Event id -> when the worker began the POST that succeeded (its Attempt row), for
@@ -154,6 +156,71 @@ def _scenario_figures(
         result["hung_slots_bound"] = seen.bounds.get("hung_slots")
     elif seen.scenario == "retry-storm" and seen.outage is not None:
         result.update(_storm(seen))
+    elif seen.scenario == "fragile-endpoints" and seen.capacity_changes:
+        result["quiet_p99_ms"] = groups.get("quiet", {}).get("p99_ms")
+        result.update(fragile(seen))
+
+
+# A capacity change has been converged to once a window of this many seconds delivers
+# at least GOODPUT_CONVERGED of the new capacity with at most OVERLOAD_CONVERGED of its
+# requests answered 503.
+CONVERGE_WINDOW_S = 2
+GOODPUT_CONVERGED = 0.9
+OVERLOAD_CONVERGED = 0.01
+
+
+def fragile(seen: Observed) -> dict[str, Any]:
+    """The fragile endpoint over the measured window: successful answers against what its
+    capacity allowed (C / service time per second, phase by phase), the share of its
+    requests answered 503 for overload, and how long after each capacity change the
+    delivery rate first came within reach of the new capacity without overloading it."""
+    base = seen.started_at
+    window, service = seen.bounds["window_s"], seen.bounds["service_s"]
+    seconds = math.ceil(window)
+    ok, overload = [0] * seconds, [0] * seconds
+    for _event_id, path, arrived, status, _retry in seen.records:
+        at = arrived - base
+        if path.startswith("/fragile/") and 0 <= at < window:
+            (ok if 200 <= status < 300 else overload)[min(int(at), seconds - 1)] += 1
+    phases = [
+        (start, min(end, window), capacity / service)
+        for (start, capacity), (end, _) in zip(
+            seen.capacity_changes, [*seen.capacity_changes[1:], (window, 0)], strict=True
+        )
+        if start < window
+    ]
+    allowed = sum((end - start) * per_s for start, end, per_s in phases)
+    converge = [_converged(ok, overload, start, end, per_s) for start, end, per_s in phases[1:]]
+    requests = sum(ok) + sum(overload)
+    return {
+        "goodput_per_s": round(sum(ok) / window, 1),
+        "capacity_per_s": round(allowed / window, 1),
+        "goodput_to_capacity": round(sum(ok) / allowed, 3) if allowed else None,
+        "overload_error_share": round(sum(overload) / requests, 4) if requests else None,
+        "converge_s_by_change": converge,
+        "converge_s": None if None in converge or not converge else max(converge),
+        "fragile_open_max": seen.receiver_open_max.get("fragile", 0),
+        "fragile_ok_per_s": ok,
+        "fragile_overload_per_s": overload,
+        "capacity_changes": [list(change) for change in seen.capacity_changes],
+    }
+
+
+def _converged(
+    ok: list[int], overload: list[int], start: float, end: float, per_s: float
+) -> float | None:
+    """Seconds from a change at `start` to the end of the first whole-second window of
+    CONVERGE_WINDOW_S within its phase that met the new capacity (`per_s`); None if none
+    did before the phase ended at `end`."""
+    first = math.ceil(start)
+    for at in range(first, int(end) - CONVERGE_WINDOW_S + 1):
+        good = sum(ok[at : at + CONVERGE_WINDOW_S])
+        bad = sum(overload[at : at + CONVERGE_WINDOW_S])
+        if good >= GOODPUT_CONVERGED * per_s * CONVERGE_WINDOW_S and bad <= OVERLOAD_CONVERGED * (
+            good + bad
+        ):
+            return round(at + CONVERGE_WINDOW_S - start, 2)
+    return None
 
 
 def _storm(seen: Observed) -> dict[str, Any]:

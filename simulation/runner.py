@@ -180,7 +180,13 @@ def _drive(
     lease_limit = (options["slots"] + UNRECORDED_AHEAD) * options["workers"]
     backlogged = at_limit = 0
     progress_at, last_ok = time.monotonic(), 0
+    changes = list(setup.capacity_changes)
+    changed_at: list[tuple[float, int]] = []  # when each capacity change was made
+    if changes:
+        receiver.set_capacity(changes.pop(0)[1])
     publisher.start()
+    if setup.capacity_changes:
+        changed_at.append((0.0, setup.capacity_changes[0][1]))
     try:
         while True:
             time.sleep(POLL_SECONDS)
@@ -194,6 +200,10 @@ def _drive(
                     publisher.started_at + setup.outage[1], retry_after=options["retry_after"]
                 )
                 outage_set = True
+            while changes and elapsed >= changes[0][0]:
+                receiver.set_capacity(changes[0][1])
+                changed_at.append((round(time.time() - publisher.started_at, 3), changes[0][1]))
+                changes.pop(0)
             stats = receiver.stats()
             ok = stats["statuses"].get("200", 0)
             hung, in_flight, backlog, extra = sample()
@@ -204,6 +214,8 @@ def _drive(
             progress.show(elapsed, publisher.published, len(setup.plan), ok, setup.expected, extra)
             if publisher.done and ok >= setup.expected:
                 break
+            if setup.stop_after is not None and elapsed >= setup.stop_after:
+                break  # the measured window is over; what is queued stays queued
             if ok != last_ok:
                 progress_at, last_ok = time.monotonic(), ok
             elif time.monotonic() - progress_at > STALL_SECONDS:
@@ -231,6 +243,7 @@ def _drive(
             lease_limit_share=round(at_limit / backlogged, 2) if backlogged else None,
             receiver_open_max=stats["open_max"],
             outage=setup.outage,
+            capacity_changes=changed_at,
             bounds=setup.bounds,
             timed_out=timed_out,
             sent_at=_sent_at(split),

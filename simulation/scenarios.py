@@ -1,4 +1,4 @@
-"""The three scenarios: who sends what, when, to which endpoints, on how many workers.
+"""The scenarios: who sends what, when, to which endpoints, on how many workers.
 
 Each `build_*` creates the tenants and endpoints of one run in the (just emptied)
 database and returns the traffic plan with what the runner needs to know about it.
@@ -15,7 +15,7 @@ from simulation.traffic import Planned, Sender
 from tenants.models import Endpoint, Tenant
 from webhooks.models import Source
 
-SCENARIOS = ("flood", "slow-endpoints", "retry-storm")
+SCENARIOS = ("flood", "slow-endpoints", "retry-storm", "fragile-endpoints")
 NO_CAP = 1000  # the most Endpoint.max_in_flight allows: "no cap" for the baselines
 
 # Per-scenario defaults of the knobs the command exposes (None on the command line).
@@ -61,6 +61,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # more of them, and the last ones are due within seconds of the recovery.
         "retry_schedule": "1,2,4,4,4,4,4,4,4,4,4,4",
     },
+    "fragile-endpoints": {
+        "workers": 2,
+        "slots": 128,  # more than twice the capacity: room for the no-cap run to overload it
+        "seconds": 30.0,  # the measured window; the run ends there, drained or not
+        "capacity": 50,  # C at the start; it halves after a third, doubles after two
+        "service_ms": 250.0,  # at up to C requests at once: capacity C / this per second
+        "fragile_rate": 300.0,  # events/s to it: more than it can take at any C
+        "tenants": 20,  # quiet tenants sharing the workers, each with its own endpoint
+        "rate": 1.0,  # events per second per quiet tenant
+        "cap": 4,  # the static run's max_in_flight: a platform default an operator kept
+        "retry_cap": 1,  # the platform's default retry_max_in_flight
+    },
 }
 
 
@@ -84,6 +96,9 @@ class Setup:
     worker_env: dict[str, str] = field(default_factory=dict)
     hung_endpoints: list[int] = field(default_factory=list)  # in_flight sampled from Redis
     outage: tuple[float, float] | None = None  # storm: seconds after the start
+    # fragile: (seconds after the start, C from then on), the first at 0
+    capacity_changes: list[tuple[float, int]] = field(default_factory=list)
+    stop_after: float | None = None  # end the run then, whatever is still queued
     bounds: dict[str, float] = field(default_factory=dict)  # caps the report checks against
 
 
@@ -99,6 +114,8 @@ def runs_for(
         specs = [RunSpec("fair"), RunSpec("fifo", "fifo")]
     elif scenario == "slow-endpoints":
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False), RunSpec("no-hang", hang=False)]
+    elif scenario == "fragile-endpoints":
+        specs = [RunSpec("static"), RunSpec("no-caps", caps=False)]
     else:
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False)]
     return [replace(spec, shards=shards) if spec.mode == "fair" else spec for spec in specs]
@@ -229,8 +246,44 @@ def build_retry_storm(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> S
     )
 
 
+def build_fragile_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> Setup:
+    """One tenant sends more than its endpoint can take to a receiver of capacity C that
+    the platform is not told; C halves a third of the way through and doubles back at
+    two thirds. Quiet tenants send steadily to healthy endpoints of their own, sharing
+    the workers. The run is measured over its window and ends there: with a cap far
+    under C, the backlog would take many times the window to drain."""
+    rng = random.Random(o["seed"])
+    cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
+    fragile, *quiet = _tenants(["fragile", *(f"quiet-{n:04d}" for n in range(o["tenants"]))])
+    _endpoints(receiver, [fragile], ["fragile"], cap, retry_cap)
+    quiet_cap = 2 if spec.caps else NO_CAP  # the platform's default caps
+    _endpoints(receiver, quiet, ["ok"] * len(quiet), quiet_cap, 1 if spec.caps else NO_CAP)
+    seconds, capacity = o["seconds"], o["capacity"]
+    plan = _steady(Sender(fragile, "fragile"), o["fragile_rate"], seconds, rng)
+    for tenant in quiet:
+        plan += _steady(Sender(tenant, "quiet"), o["rate"], seconds, rng)
+    return Setup(
+        plan,
+        expected=len(plan),
+        worker_env={
+            # Overload answers come back as retries within the window (the platform's
+            # own schedule waits minutes), and do not disable the endpoint.
+            "RETRY_SCHEDULE_SECONDS": DEFAULTS["retry-storm"]["retry_schedule"],
+            "ENDPOINT_DISABLE_AFTER_FAILURES": "100000000",
+        },
+        capacity_changes=[
+            (0.0, capacity),
+            (seconds / 3, max(1, capacity // 2)),
+            (2 * seconds / 3, max(1, capacity // 2) * 2),
+        ],
+        stop_after=seconds,
+        bounds={"service_s": max(o["service_ms"], 1e-3) / 1000, "window_s": seconds},
+    )
+
+
 BUILDERS = {
     "flood": build_flood,
     "slow-endpoints": build_slow_endpoints,
     "retry-storm": build_retry_storm,
+    "fragile-endpoints": build_fragile_endpoints,
 }

@@ -49,6 +49,16 @@ SCENARIO_ROWS: dict[str, list[tuple[str, str]]] = {
         ("other tenants p99, 10 s after recovery (ms)", "other_p99_ms_after_recovery"),
         ("large tenant p99 (ms)", "groups.large.p99_ms"),
     ],
+    "fragile-endpoints": [
+        ("fragile endpoint: capacity over the window (req/s)", "capacity_per_s"),
+        ("fragile endpoint: 2xx answers/s (goodput)", "goodput_per_s"),
+        ("goodput / capacity", "goodput_to_capacity"),
+        ("overload answers (503) / requests", "overload_error_share"),
+        ("open requests to it, max", "fragile_open_max"),
+        ("converged after a change (s, the worse)", "converge_s"),
+        ("quiet tenants p99 (ms)", "quiet_p99_ms"),
+        ("quiet tenants max (ms)", "groups.quiet.max_ms"),
+    ],
 }
 COMMON_ROWS = [
     ("deliveries/s (all)", "deliveries_per_s"),
@@ -143,6 +153,9 @@ GOALS: dict[str, list[tuple[str, str, str, str, str, str, float]]] = {
             1,
         ),
     ],
+    # Its goals compare the adaptive limit with these baselines; with the baselines
+    # alone, the table says how far each is from the endpoint's capacity.
+    "fragile-endpoints": [],
 }
 
 

@@ -234,3 +234,28 @@ def test_shards_reach_the_fair_runs_workers_and_fifo_stays_one_queue(
 def test_shards_out_of_range_or_with_fifo_are_refused(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("simulate", "flood", *args)
+
+
+@pytest.mark.slow
+def test_fragile_endpoints_shows_a_static_cap_under_capacity_and_no_cap_overloading(
+    tmp_path: Path,
+) -> None:
+    figures = simulate(
+        "fragile-endpoints",
+        "--compare",
+        *("--seconds", "6", "--capacity", "2", "--cap", "2", "--service-ms", "50"),
+        *("--fragile-rate", "100", "--tenants", "2"),
+        tmp_path=tmp_path,
+    )
+    static, no_caps = figures["runs"]["static"], figures["runs"]["no-caps"]
+    for run in (static, no_caps):
+        # C = 2, halved after a third of the window and doubled back after two.
+        assert [capacity for _, capacity in run["capacity_changes"]] == [2, 1, 2]
+        assert run["quiet_p99_ms"] is not None and run["capacity_per_s"] > 0
+    # A cap of 2 never opens more than 2C requests, even while C is 1: no 503.
+    assert static["fragile_open_max"] <= 2
+    assert static["overload_error_share"] == 0
+    assert 0.5 < static["goodput_to_capacity"] <= 1.2
+    # Eight slots and no cap: past 2C at once, the receiver answers 503.
+    assert no_caps["fragile_open_max"] > 2
+    assert no_caps["overload_error_share"] > 0

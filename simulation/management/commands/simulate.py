@@ -51,9 +51,16 @@ scenarios:
   retry-storm     a large endpoint is down (503) for 20 s while its retries pile up,
                   then recovers. Reports its request rate after the recovery and the
                   other tenants' latency.
+  fragile-endpoints
+                  one tenant sends 300 events/s for 30 s to a receiver that takes C = 50
+                  requests at once at 250 ms each (slower past C, 503 past 2C), C halving
+                  after 10 s and doubling back after 20 s; 20 quiet tenants share the
+                  workers. The run ends with its window. Reports goodput against
+                  capacity, the share of 503s, and the time to converge after a change.
 
 --compare runs the fair platform and a baseline back to back: flood vs FIFO;
-slow-endpoints vs no caps, plus a run where nothing hangs; retry-storm vs no caps.
+slow-endpoints vs no caps, plus a run where nothing hangs; retry-storm vs no caps;
+fragile-endpoints a static cap of 4 vs no caps.
 A run takes one to three minutes (a flood run drains its backlog, which the probe
 sized for this machine); --rounds 3 repeats them for medians on a noisy machine.
 
@@ -121,17 +128,17 @@ class Command(BaseCommand):
         runs.add_argument(
             "--slots",
             type=int,
-            help="DELIVERY_CONCURRENCY per worker: requests in flight at once (flood 16, slow-endpoints 100, retry-storm 32)",
+            help="DELIVERY_CONCURRENCY per worker: requests in flight at once (flood 16, slow-endpoints 100, retry-storm 32, fragile-endpoints 128)",
         )
         runs.add_argument(
             "--seconds",
             type=float,
-            help="how long traffic is sent (flood: the loud tenant, 40; slow-endpoints 30; retry-storm 40)",
+            help="how long traffic is sent (flood: the loud tenant, 40; slow-endpoints 30; retry-storm 40; fragile-endpoints 30, its measured window)",
         )
         runs.add_argument(
             "--cap",
             type=int,
-            help="endpoints' max_in_flight (flood 64 on the shared destination, slow-endpoints 2, retry-storm 4 on the large endpoint)",
+            help="endpoints' max_in_flight (flood 64 on the shared destination, slow-endpoints 2, retry-storm 4 on the large endpoint, fragile-endpoints 4 on the fragile one)",
         )
         runs.add_argument("--seed", type=int, default=1, help="random seed of the traffic plan")
         runs.add_argument(
@@ -167,10 +174,14 @@ class Command(BaseCommand):
         slow.add_argument(
             "--rate",
             type=float,
-            help="events/s per endpoint (slow-endpoints) or per other tenant (retry-storm); default 1",
+            help="events/s per endpoint (slow-endpoints) or per other or quiet tenant (retry-storm, fragile-endpoints); default 1",
         )
         storm = parser.add_argument_group("retry-storm")
-        storm.add_argument("--tenants", type=int, help="other tenants (default 50)")
+        storm.add_argument(
+            "--tenants",
+            type=int,
+            help="other tenants (retry-storm, default 50) or quiet ones (fragile-endpoints, 20)",
+        )
         storm.add_argument(
             "--storm-rate", type=float, help="events/s to the large endpoint (default 40)"
         )
@@ -180,8 +191,14 @@ class Command(BaseCommand):
         storm.add_argument(
             "--outage-seconds", type=float, help="how long it stays down (default 20)"
         )
-        storm.add_argument("--service-ms", type=float, help="its time per request (default 20)")
-        storm.add_argument("--retry-cap", type=int, help="its retry_max_in_flight (default 1)")
+        storm.add_argument(
+            "--service-ms",
+            type=float,
+            help="its time per request (retry-storm, default 20; fragile-endpoints, at up to C at once, 250)",
+        )
+        storm.add_argument(
+            "--retry-cap", type=int, help="its retry_max_in_flight (default 1, both scenarios)"
+        )
         storm.add_argument(
             "--retry-after",
             action="store_true",
@@ -190,6 +207,15 @@ class Command(BaseCommand):
         storm.add_argument(
             "--retry-schedule",
             help="RETRY_SCHEDULE_SECONDS of the workers (default 1,2,4,4,4,4,4,4,4,4,4,4)",
+        )
+        fragile = parser.add_argument_group("fragile-endpoints")
+        fragile.add_argument(
+            "--capacity",
+            type=int,
+            help="C: requests the fragile endpoint takes at once at full speed, at the start (default 50)",
+        )
+        fragile.add_argument(
+            "--fragile-rate", type=float, help="events/s to the fragile endpoint (default 300)"
         )
         out = parser.add_argument_group("where")
         out.add_argument(
