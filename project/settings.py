@@ -300,6 +300,9 @@ RETRY_SCHEDULE_SECONDS = env_float_list(
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2)
 RETRY_AFTER_MAX_SECONDS = env_float("RETRY_AFTER_MAX_SECONDS", 36000)
 ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100, minimum=1)
+# Each endpoint's in-flight limit adapts between 1 and its max_in_flight to how it answers
+# (docs/SCHEDULER.md, "Adaptive limits"); off: max_in_flight is the limit, fixed.
+DELIVERY_ADAPTIVE_CONCURRENCY = env_bool("DELIVERY_ADAPTIVE_CONCURRENCY", False)
 # Consecutive failures at which an endpoint counts as failing (operational event
 # endpoint.failing; endpoint.recovered at its next success).
 ENDPOINT_FAILING_AFTER_FAILURES = env_int("ENDPOINT_FAILING_AFTER_FAILURES", 5, minimum=1)

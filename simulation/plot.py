@@ -18,6 +18,7 @@ COLORS = {
     "no-caps": "#d95f02",
     "no-hang": "#4575b4",
     "static": "#4575b4",
+    "adaptive": "#1b7837",
 }
 DASHES = ["", "7 4", "2 3"]
 NAMES = {

@@ -95,7 +95,11 @@ def execute(
 ) -> dict[str, Any]:
     """One run of `scenario` as `spec`; returns report.summarize's figures. `title`
     names it on the progress line (default: its label)."""
-    with override_settings(SCHEDULER_MODE=spec.mode, SCHEDULER_SHARDS=spec.shards):
+    with override_settings(
+        SCHEDULER_MODE=spec.mode,
+        SCHEDULER_SHARDS=spec.shards,
+        DELIVERY_ADAPTIVE_CONCURRENCY=spec.adaptive,
+    ):
         reset_scheduler()  # the publisher's enqueue must use the workers' mode and shards
         _empty_database()
         redis_db.flush()
@@ -155,6 +159,7 @@ def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dic
     return {
         "SCHEDULER_MODE": spec.mode,
         "SCHEDULER_SHARDS": str(spec.shards),
+        "DELIVERY_ADAPTIVE_CONCURRENCY": "1" if spec.adaptive else "0",
         "DELIVERY_CONCURRENCY": str(options["slots"]),
         **schedule_env(options),
         **setup.worker_env,

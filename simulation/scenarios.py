@@ -80,13 +80,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 class RunSpec:
     """One run: `mode` is SCHEDULER_MODE; `caps` False raises every cap to NO_CAP;
     `hang` False makes the hung endpoints answer (the no-hang reference); `shards`
-    splits the schedule (on the simulation's one Redis database)."""
+    splits the schedule (on the simulation's one Redis database); `adaptive` turns the
+    endpoints' adaptive in-flight limits on."""
 
     label: str
     mode: str = "fair"
     caps: bool = True
     hang: bool = True
     shards: int = 1  # SCHEDULER_SHARDS of the run's workers and publisher
+    adaptive: bool = False  # DELIVERY_ADAPTIVE_CONCURRENCY of the run
 
 
 @dataclass
@@ -107,7 +109,9 @@ def runs_for(
 ) -> list[RunSpec]:
     """The runs of one round. `shards` applies to the fair-mode runs only: FIFO is the
     one-queue baseline of today, and a FIFO per shard would be no FIFO at all."""
-    if not compare:
+    if not compare and scenario == "fragile-endpoints" and not no_caps:
+        specs = [RunSpec("adaptive", scheduler, adaptive=True)]
+    elif not compare:
         label = scheduler + ("+no-caps" if no_caps else "")
         specs = [RunSpec(label, scheduler, caps=not no_caps)]
     elif scenario == "flood":
@@ -115,7 +119,11 @@ def runs_for(
     elif scenario == "slow-endpoints":
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False), RunSpec("no-hang", hang=False)]
     elif scenario == "fragile-endpoints":
-        specs = [RunSpec("static"), RunSpec("no-caps", caps=False)]
+        specs = [
+            RunSpec("adaptive", adaptive=True),
+            RunSpec("static"),
+            RunSpec("no-caps", caps=False),
+        ]
     else:
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False)]
     return [replace(spec, shards=shards) if spec.mode == "fair" else spec for spec in specs]
@@ -251,9 +259,12 @@ def build_fragile_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]
     the platform is not told; C halves a third of the way through and doubles back at
     two thirds. Quiet tenants send steadily to healthy endpoints of their own, sharing
     the workers. The run is measured over its window and ends there: with a cap far
-    under C, the backlog would take many times the window to drain."""
+    under C, the backlog would take many times the window to drain. The adaptive run
+    leaves the fragile endpoint uncapped (its adaptive limit's ceiling only)."""
     rng = random.Random(o["seed"])
     cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
+    if spec.adaptive:
+        cap = NO_CAP  # no per-endpoint configuration: the limit finds the capacity
     fragile, *quiet = _tenants(["fragile", *(f"quiet-{n:04d}" for n in range(o["tenants"]))])
     _endpoints(receiver, [fragile], ["fragile"], cap, retry_cap)
     quiet_cap = 2 if spec.caps else NO_CAP  # the platform's default caps

@@ -63,7 +63,7 @@ def main() -> int:
     from simulation.receiver import Receiver
     from simulation.runner import execute, prepare_database
     from simulation.scenarios import runs_for
-    from simulation.summary import goals, median_runs, print_table
+    from simulation.summary import goals, headline, median_runs, print_table
 
     # A SIGTERM (the command forwards its own) stops like Ctrl-C: workers and receiver
     # are stopped on the way out rather than left running.
@@ -110,12 +110,14 @@ def main() -> int:
     about["load_average_at_end"] = os.getloadavg()
     print_table(scenario, rounds)
     if options.get("json"):
+        runs, goal_list = median_runs(rounds), goals(scenario, rounds)
         figures = {
             "scenario": scenario,
+            **headline(scenario, runs, goal_list),
             "options": options,
             "machine": about,
-            "runs": _lean(median_runs(rounds)),
-            "goals": goals(scenario, rounds),
+            "runs": _lean(runs),
+            "goals": goal_list,
             "rounds": [_lean(runs) for runs in rounds] if len(rounds) > 1 else [],
         }
         Path(options["json"]).write_text(json.dumps(figures, indent=1))

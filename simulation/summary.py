@@ -153,10 +153,48 @@ GOALS: dict[str, list[tuple[str, str, str, str, str, str, float]]] = {
             1,
         ),
     ],
-    # Its goals compare the adaptive limit with these baselines; with the baselines
-    # alone, the table says how far each is from the endpoint's capacity.
-    "fragile-endpoints": [],
+    # A goal without a second run is the figure itself (issue #41's "done when").
+    "fragile-endpoints": [
+        ("goodput / capacity, adaptive", "adaptive", "goodput_to_capacity", "", "", ">=", 0.9),
+        ("503s / requests, adaptive", "adaptive", "overload_error_share", "", "", "<=", 0.01),
+        ("converged after a change (s), adaptive", "adaptive", "converge_s", "", "", "<=", 30),
+        (
+            "quiet p99, adaptive / static",
+            "adaptive",
+            "quiet_p99_ms",
+            "static",
+            "quiet_p99_ms",
+            "<=",
+            1.1,
+        ),
+    ],
 }
+
+# fragile-endpoints' --json keys: (key, run, figure), the issue's names for its goals.
+HEADLINES: dict[str, list[tuple[str, str, str]]] = {
+    "fragile-endpoints": [
+        ("goodput_to_capacity", "adaptive", "goodput_to_capacity"),
+        ("goodput_to_capacity_static", "static", "goodput_to_capacity"),
+        ("overload_error_share", "adaptive", "overload_error_share"),
+        ("overload_error_share_nocap", "no-caps", "overload_error_share"),
+        ("converge_s", "adaptive", "converge_s"),
+    ],
+}
+
+
+def headline(scenario: str, runs: dict[str, dict], goal_list: list[dict]) -> dict[str, Any]:
+    """The scenario's headline figures under the names its goals use (median runs), and
+    the ratios of its two-run goals."""
+    out: dict[str, Any] = {
+        key: runs[run].get(figure)
+        for key, run, figure in HEADLINES.get(scenario, [])
+        if run in runs
+    }
+    if scenario == "fragile-endpoints":
+        quiet = next((g for g in goal_list if g["what"].startswith("quiet p99")), None)
+        if quiet is not None:
+            out["quiet_p99_ratio"] = quiet["ratio"]
+    return out
 
 
 def _ratio(value: float | None) -> str:
@@ -170,8 +208,10 @@ def goals(scenario: str, rounds: list[dict[str, dict]]) -> list[dict[str, Any]]:
     for what, top_run, top, bottom_run, bottom, op, goal in GOALS[scenario]:
         per_round = [
             ratio(runs[top_run].get(top), runs[bottom_run].get(bottom))
+            if bottom_run
+            else runs[top_run].get(top)
             for runs in rounds
-            if top_run in runs and bottom_run in runs
+            if top_run in runs and (not bottom_run or bottom_run in runs)
         ]
         if not per_round:
             continue

@@ -34,7 +34,8 @@ import resource
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import pycurl
 import redis
@@ -48,7 +49,7 @@ from delivery.pipeline import attempt_trace, sending
 from delivery.pipeline.attempt_trace import AttemptTrace
 from delivery.pipeline.curl_loop import CurlLoop
 from delivery.pipeline.transport import Transport
-from delivery.scheduler import Lease, Scheduler, get_scheduler
+from delivery.scheduler import EndpointAnswers, Lease, Scheduler, get_scheduler
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
@@ -83,6 +84,15 @@ class _Pause:
 
     endpoint_id: int
     until: float
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """How one request to an endpoint went, for its adaptive limit (answered's signal)."""
+
+    endpoint_id: int
+    overloaded: bool
+    latency_ms: float
 
 
 class DeliveryEngine:
@@ -126,7 +136,9 @@ class DeliveryEngine:
         self._disabling: set[int] = set()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # (lease, delivery, secrets), _STOP
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
-        self._answered: queue.SimpleQueue = queue.SimpleQueue()  # Lease, _Pause or _STOP
+        # Lease, _Answer, _Pause or _STOP
+        self._answered: queue.SimpleQueue = queue.SimpleQueue()
+        self._adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
         self._feeder: threading.Thread | None = None
         self._loop: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
@@ -367,6 +379,11 @@ class DeliveryEngine:
             if trace is not None:
                 trace.answered(finished)
         sent = finished.sent
+        if sent is not None and self._adaptive:
+            result = sent.result
+            self._answered.put(
+                _Answer(delivery.endpoint_id, sending.overloaded(result), result.duration_ms)
+            )
         until = sending.pause_until(sent)
         if until is not None:
             # The releaser pauses the endpoint, and only then frees this request's room:
@@ -416,11 +433,12 @@ class DeliveryEngine:
                     logger.warning("could not pause endpoint %s: %s", pause.endpoint_id, exc)
                 finally:
                     self._free_room()
-            leases = self._unsettled([item for item in items if not isinstance(item, _Pause)])
-            if not leases:
+            leases = self._unsettled([item for item in items if isinstance(item, Lease)])
+            answers = _answers_by_endpoint(item for item in items if isinstance(item, _Answer))
+            if not leases and not answers:
                 continue
             try:
-                self.scheduler.answered(leases)
+                self.scheduler.answered(leases, answers)
             except redis.RedisError as exc:
                 # Nothing is lost: the recorder's acknowledgement frees the slots too.
                 self._redis_down.warn(
@@ -547,6 +565,20 @@ class DeliveryEngine:
         if lost:
             logger.warning("%d leases expired before renewal: %s", len(lost), lost[:5])
         return lost
+
+
+def _answers_by_endpoint(answers: Iterable[_Answer]) -> list[EndpointAnswers]:
+    """One EndpointAnswers per endpoint: its requests' answers, summed."""
+    summed: dict[int, EndpointAnswers] = {}
+    for answer in answers:
+        was = summed.get(answer.endpoint_id) or EndpointAnswers(answer.endpoint_id)
+        if answer.overloaded:
+            summed[answer.endpoint_id] = replace(was, overloaded=was.overloaded + 1)
+        else:
+            summed[answer.endpoint_id] = replace(
+                was, ok=was.ok + 1, latency_ms=was.latency_ms + answer.latency_ms
+            )
+    return list(summed.values())
 
 
 def _without_stop(items: list) -> tuple[list, bool]:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import redis
+from django.conf import settings
 from django.db import transaction
 
 from core import tracing
@@ -47,6 +48,7 @@ def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
         if lane is None:
             lane = lanes[pair] = _lane_of(delivery)
         tenant_id, endpoint_id, weight, caps, retry_caps, endpoint_rate, tenant_rate = lane
+        adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
         retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
         due_at = None
         if retrying and delivery.next_attempt_at:
@@ -63,6 +65,7 @@ def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
                 due_at,
                 endpoint_rate,
                 tenant_rate,
+                adaptive,
             )
         )
     return items

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from core.signatures import sign_standard_webhooks
 from delivery.models import Delivery
-from delivery.pipeline import loading, records
+from delivery.pipeline import loading, records, transport
 from delivery.pipeline.policy import INTERNAL, Action, Decision, decide
 from delivery.pipeline.transport import Exchange, HttpResult, Transport
 from delivery.scheduler import Lease, Scheduler
@@ -452,6 +452,17 @@ def _record_one_by_one(
         kept.append(item)
         recorded.append(outcome)
     return kept, recorded
+
+
+# Answers that say an endpoint is past its capacity: its adaptive limit goes down on them.
+OVERLOAD_STATUSES = frozenset({429, 503})
+OVERLOAD_ERRORS = frozenset({transport.TIMEOUT, transport.DEADLINE, transport.CONNECTION})
+
+
+def overloaded(result: HttpResult) -> bool:
+    """Whether a request's result says its endpoint is past its capacity: 429, 503, a
+    timeout, or a connection refused or reset."""
+    return result.status_code in OVERLOAD_STATUSES or result.error_kind in OVERLOAD_ERRORS
 
 
 def pause_until(sent: records.Sent | None) -> float | None:

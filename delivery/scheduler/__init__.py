@@ -15,6 +15,7 @@ from .snapshot import DEFAULT_AGE_BUCKETS
 from .values import (
     FRESH,
     RETRY,
+    EndpointAnswers,
     EndpointRow,
     Item,
     Lease,
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_AGE_BUCKETS",
     "FRESH",
     "RETRY",
+    "EndpointAnswers",
     "EndpointRow",
     "Item",
     "Lease",

@@ -93,6 +93,7 @@ ITEM = Record(
         "due",  # epoch seconds, or "" for now
         "endpoint_rate",  # requests per second, or "" for none
         "tenant_rate",
+        "adaptive",  # "1": the endpoint's in-flight limit adapts under max_in_flight
     ),
     kind=GROUP,
 )
@@ -112,14 +113,21 @@ PICK = Record(
 )
 PICK_REPLY = Record("PICK_REPLY", ("members", "deadline", "wait_seconds"), kind=REPLY)
 ACK = Record("ACK", ("outcome",), rest="members")
-ANSWERED = Record("ANSWERED", (), rest="members")
+# answered: `signals` ENDPOINT_ANSWERS groups from ANSWERED.members on, then the lease
+# members.
+ANSWERED = Record("ANSWERED", ("signals",), rest="members")
+ENDPOINT_ANSWERS = Record(
+    "ENDPOINT_ANSWERS", ("endpoint", "ok", "overloaded", "latency_ms"), kind=GROUP
+)
 RENEW = Record("RENEW", ("lease_seconds",), rest="members")
 RENEW_REPLY = Record("RENEW_REPLY", ("lost", "deadline"), kind=REPLY)
 RETRY_LATER = Record("RETRY_LATER", (), rest="pairs")
 RETRY_PAIR = Record("RETRY_PAIR", ("member", "due"), kind=GROUP)
 PROMOTE = Record("PROMOTE", ("member",))
 SET_TENANT = Record("SET_TENANT", ("tenant", "weight", "paused", "rate"))
-SET_ENDPOINT = Record("SET_ENDPOINT", ("endpoint", "max_in_flight", "retry_max_in_flight", "rate"))
+SET_ENDPOINT = Record(
+    "SET_ENDPOINT", ("endpoint", "max_in_flight", "retry_max_in_flight", "rate", "adaptive")
+)
 PAUSE_ENDPOINT = Record("PAUSE_ENDPOINT", ("endpoint", "paused_until"))
 SNAPSHOT = Record("SNAPSHOT", ("top_n",), rest="bounds")
 

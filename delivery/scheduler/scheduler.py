@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from core.ids import ULID_LENGTH, new_ulid
 
 from . import keys, protocol, scripts, snapshot
-from .values import RETRY, Item, Lease, PickResult, Snapshot
+from .values import RETRY, EndpointAnswers, Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
 _OUTCOME = re.compile(r"[a-z_]{1,32}")
@@ -137,6 +137,7 @@ class Scheduler:
                     "due": "" if item.due_at is None else repr(float(item.due_at)),
                     "endpoint_rate": _rate(item.endpoint_rate, "endpoint_rate"),
                     "tenant_rate": _rate(item.tenant_rate, "tenant_rate"),
+                    "adaptive": "1" if item.adaptive else "0",
                 }
             )
         self._run("enqueue", args)
@@ -179,18 +180,33 @@ class Scheduler:
         arguments = protocol.ACK.pack({"outcome": outcome}, rest=list(map(_member, leases)))
         return [snapshot.text(i) for i in self._run("ack", arguments)]
 
-    def answered(self, leases: Sequence[Lease]) -> int:
+    def answered(self, leases: Sequence[Lease], answers: Sequence[EndpointAnswers] = ()) -> int:
         """The requests of these leases are over: free their endpoint slots now, in one
         round trip, while the leases stay until ack or retry_later. A worker that records
         its outcomes some milliseconds later then does not hold its endpoints' caps on
         answered requests meanwhile; if it dies first, the leases expire and the deliveries
-        are handed out again, as any dead worker's are. Returns how many slots were freed
-        (a lease already lost or answered frees none)."""
-        if not leases:
+        are handed out again, as any dead worker's are. `answers`, one per endpoint, say
+        how those requests went: an adaptive endpoint's in-flight limit moves on them (see
+        docs/SCHEDULER.md, "Adaptive limits"). Returns how many slots were freed (a lease
+        already lost or answered frees none)."""
+        if not leases and not answers:
             return 0
-        return int(
-            self._run("answered", protocol.ANSWERED.pack({}, rest=list(map(_member, leases))))
+        signals = [
+            value
+            for answer in answers
+            for value in protocol.ENDPOINT_ANSWERS.pack(
+                {
+                    "endpoint": int(answer.endpoint_id),
+                    "ok": int(answer.ok),
+                    "overloaded": int(answer.overloaded),
+                    "latency_ms": f"{float(answer.latency_ms):.3f}",
+                }
+            )
+        ]
+        arguments = protocol.ANSWERED.pack(
+            {"signals": len(answers)}, rest=[*signals, *map(_member, leases)]
         )
+        return int(self._run("answered", arguments))
 
     def retry_later(self, lease: Lease, due_at: float) -> bool:
         """Free the slot and hold the delivery until due_at, when it enters its tenant's
@@ -292,8 +308,10 @@ class Scheduler:
         max_in_flight: int,
         retry_max_in_flight: int,
         rate_per_second: float | None = None,
+        adaptive: bool = False,
     ) -> None:
         """New caps and rate; a raised cap or rate un-parks waiting lanes at once.
+        `adaptive` as Item's: max_in_flight is then the adaptive limit's ceiling.
 
         A cap bounds the requests open at once; `rate_per_second` (None = unlimited)
         bounds how many start per second, as a token bucket (GCRA) with a burst of
@@ -309,6 +327,7 @@ class Scheduler:
                 "max_in_flight": max_in_flight,
                 "retry_max_in_flight": retry_max_in_flight,
                 "rate": _rate(rate_per_second, "rate_per_second"),
+                "adaptive": "1" if adaptive else "0",
             }
         )
         self._run("set_endpoint", arguments)

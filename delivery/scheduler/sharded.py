@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from . import placement, snapshot
 from .scheduler import Scheduler
-from .values import Item, Lease, PickResult, Snapshot, TenantRow
+from .values import EndpointAnswers, Item, Lease, PickResult, Snapshot, TenantRow
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,8 +155,17 @@ class ShardedScheduler:
         lost = self._each(groups, lambda shard, group: shard.ack(group, outcome=outcome))
         return [i for ids in lost for i in ids]
 
-    def answered(self, leases: Sequence[Lease]) -> int:
-        return sum(self._each(self._grouped(leases, _endpoint), Scheduler.answered))
+    def answered(self, leases: Sequence[Lease], answers: Sequence[EndpointAnswers] = ()) -> int:
+        """Each shard its leases and its endpoints' answers, one round trip each."""
+        by_shard = self._grouped(answers, lambda answer: answer.endpoint_id)
+        groups = self._grouped(leases, _endpoint)
+        for index in by_shard:
+            groups.setdefault(index, [])
+
+        def call(shard: Scheduler, group: list[Lease]) -> int:
+            return shard.answered(group, by_shard.get(self.shards.index(shard), ()))
+
+        return sum(self._each(groups, call))
 
     def renew(self, leases: Sequence[Lease]) -> list[str]:
         lost = self._each(self._grouped(leases, _endpoint), Scheduler.renew)

@@ -70,6 +70,7 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
             rate_per_second=optional(row[6]),
             paused_until=optional(row[7]),
             rate_limited=bool(row[8]),
+            adaptive_limit=optional(row[9]),
         )
         for row in endpoint_rows
     ]

@@ -23,6 +23,22 @@ class Item:
     # second, where the caps above bound how many are open at once. See Scheduler.
     endpoint_rate: float | None = None
     tenant_rate: float | None = None
+    # The endpoint's in-flight limit adapts between 1 and max_in_flight to how it answers
+    # (Scheduler.answered's EndpointAnswers); False: max_in_flight, fixed.
+    adaptive: bool = False
+
+
+@dataclass(frozen=True)
+class EndpointAnswers:
+    """What one endpoint's answered requests said, summed over one `answered` call: the
+    adaptive in-flight limit's signal. `overloaded` are answers that say the endpoint is
+    past its capacity (429, 503, a timeout, a refused or reset connection); `ok` are the
+    rest (any other answer), and `latency_ms` their summed durations."""
+
+    endpoint_id: int
+    ok: int = 0
+    overloaded: int = 0
+    latency_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,9 @@ class EndpointRow:
     paused_until: float | None = None  # epoch seconds, from a Retry-After (pause_endpoint)
     # No request may start now: its rate has no token ready, or it is paused.
     rate_limited: bool = False
+    # The adaptive in-flight limit (under max_in_flight; requests open at once are its
+    # whole part), None when the endpoint's limit is its cap alone.
+    adaptive_limit: float | None = None
 
 
 @dataclass(frozen=True)

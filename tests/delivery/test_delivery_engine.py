@@ -20,6 +20,7 @@ from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
 from tests.http_receivers import Recorder, Reply
+from tests.scheduler_helpers import endpoint_row
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -413,7 +414,7 @@ def test_the_releaser_leaves_out_leases_the_recorder_has_acknowledged() -> None:
         def __init__(self) -> None:
             self.calls: list[list[str]] = []
 
-        def answered(self, leases) -> int:
+        def answered(self, leases, answers=()) -> int:
             self.calls.append([lease.delivery_id for lease in leases])
             return len(leases)
 
@@ -432,3 +433,36 @@ def test_the_releaser_leaves_out_leases_the_recorder_has_acknowledged() -> None:
     finally:
         running._curl.close()
     assert answers.calls == [[recording.delivery_id, unrecorded.delivery_id]]
+
+
+def _adaptive_limit(endpoint: Endpoint) -> float:
+    """The endpoint's limit as the schedule holds it (0: none, or no work left)."""
+    return endpoint_row(get_scheduler(), endpoint.pk).get("al", 0)
+
+
+def test_an_adaptive_limit_backs_off_on_503s_from_a_real_endpoint(engine, settings) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    with Recorder(Reply(503)) as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url, max_in_flight=20)
+        for i in range(4):
+            publish(tenant, "x", {"i": i})
+        assert _adaptive_limit(endpoint) == 4  # a new limit starts low, under the cap
+        engine()
+        receiver.wait_for(8, timeout=10)  # the first attempts, then retries
+        # Each round trip of 503s halves it (at most once per round trip), down to one.
+        assert wait_until(lambda: _adaptive_limit(endpoint) == 1, timeout=10)
+
+
+def test_an_adaptive_limit_grows_on_fast_answers_from_a_real_endpoint(engine, settings) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    with Recorder(Reply(200, delay=0.02)) as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, receiver.url, max_in_flight=20)
+        for i in range(60):
+            publish(tenant, "x", {"i": i})
+        assert _adaptive_limit(endpoint) == 4
+        engine(concurrency=32)
+        # It starts at 4 and doubles per round trip of fast answers, up to the cap.
+        assert wait_until(lambda: _adaptive_limit(endpoint) > 4, timeout=10)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 60}, timeout=20)

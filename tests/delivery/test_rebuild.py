@@ -124,6 +124,8 @@ def test_with_a_shard_unreachable_only_its_deliveries_wait_and_it_is_rebuilt_on_
         ("epoch", {"t:fb": {"f": 1, "i": 0, "w": 1}}),
         # Before scheduler v2: a hash per tenant and per endpoint, each with its count `n`.
         ("epoch:2", {"t:fb": {"f": 1, "n": 1, "w": 1}, "e:1": {"m": 8, "rm": 8, "n": 1}}),
+        # Before adaptive limits: an endpoint's row was four doubles, not eight.
+        ("epoch:3", {}),
     ],
 )
 def test_a_schedule_in_an_older_format_is_rebuilt_by_the_first_sweep(

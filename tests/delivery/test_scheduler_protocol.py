@@ -40,7 +40,7 @@ def test_a_record_packs_by_name_and_refuses_unknown_or_missing_names() -> None:
         protocol.SET_TENANT.pack({"tenant": "7"})
     with pytest.raises(ValueError, match="unknown"):
         protocol.PROMOTE.pack({"member": "m", "extra": 1})
-    assert "tenant_rate = 9" in protocol.ITEM.lua() and "SIZE = 10" in protocol.ITEM.lua()
+    assert "tenant_rate = 9" in protocol.ITEM.lua() and "SIZE = 11" in protocol.ITEM.lua()
 
 
 @pytest.fixture

@@ -2,13 +2,15 @@
 -- for the worker to record them. Their endpoint slots are free from now: a cap bounds the
 -- requests open at once, not the bookkeeping behind them. The leases stay until ack or
 -- retry_later, so a worker that dies before recording still has them handed out again.
--- The lease members from ANSWERED.members on; a lease already released or answered is
--- left alone.
+-- From ANSWERED.members on: ANSWERED.signals ENDPOINT_ANSWERS groups (how each
+-- endpoint's requests went: its adaptive limit moves on them, see adapt in lib.lua),
+-- then the lease members; a lease already released or answered is left alone.
 -- Returns how many slots were freed. Whether each lease is held and answered already is
 -- read for all of them at once (ZMSCORE, SMISMEMBER) and the new ones are added with one
 -- SADD: three commands for the leases, however many, and the slots per endpoint
 -- (give_back).
-local FIRST = ANSWERED.members
+local SIGNALS = ANSWERED.members
+local FIRST = SIGNALS + tonumber(ARGV[ANSWERED.signals]) * ENDPOINT_ANSWERS.SIZE
 local held_at = call_list('ZMSCORE', K_LEASES, ARGV, FIRST)
 local was_answered = call_list('SMISMEMBER', K_ANSWERED, ARGV, FIRST)
 local fresh = {}
@@ -33,6 +35,27 @@ for _, member in ipairs(fresh) do
   if freed[#freed] ~= e then freed[#freed + 1] = e end
 end
 give_back_done()
+if FIRST > SIGNALS then
+  local answering = {}
+  for i = SIGNALS, FIRST - 1, ENDPOINT_ANSWERS.SIZE do
+    answering[#answering + 1] = ARGV[i + ENDPOINT_ANSWERS.endpoint]
+  end
+  ENDPOINT_ROWS.read(answering)
+  for i = SIGNALS, FIRST - 1, ENDPOINT_ANSWERS.SIZE do
+    local e = ARGV[i + ENDPOINT_ANSWERS.endpoint]
+    local row = ENDPOINT_ROWS.of(e)
+    if row.al > 0 then
+      local ok = tonumber(ARGV[i + ENDPOINT_ANSWERS.ok])
+      local overloaded = tonumber(ARGV[i + ENDPOINT_ANSWERS.overloaded])
+      local open = num(redis.call('ZSCORE', K_BUSY, e)) + ok + overloaded
+      -- A raised limit is a freed slot too: lanes parked on e may go now.
+      if adapt(row, ok, overloaded, tonumber(ARGV[i + ENDPOINT_ANSWERS.latency_ms]), open) then
+        freed[#freed + 1] = e
+      end
+      ENDPOINT_ROWS.changed(e, row)
+    end
+  end
+end
 local woken = 0
 if MODE == 'fair' then
   woken = fill_each(freed)

@@ -17,7 +17,9 @@ local function same(j, i, offsets)
   return true
 end
 local TENANT_CFG = {ITEM.weight, ITEM.tenant_rate}
-local ENDPOINT_CFG = {ITEM.max_in_flight, ITEM.retry_max_in_flight, ITEM.endpoint_rate}
+local ENDPOINT_CFG = {
+  ITEM.max_in_flight, ITEM.retry_max_in_flight, ITEM.endpoint_rate, ITEM.adaptive,
+}
 -- Every tenant's and endpoint's row at once (one HMGET each).
 local tenants, endpoints = {}, {}
 for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
@@ -53,12 +55,18 @@ for i = ARGS_FIRST, #ARGV, ITEM.SIZE do
     local m = tonumber(ARGV[i + ITEM.max_in_flight])
     local rm = tonumber(ARGV[i + ITEM.retry_max_in_flight])
     local same_rate = erow.rr == erate
-    if not erow.missing and (m > erow.m or rm > erow.rm or not same_rate) then
-      changed[#changed + 1] = e
-    end
-    if erow.missing or erow.m ~= m or erow.rm ~= rm or not same_rate then
+    local adaptive = ARGV[i + ITEM.adaptive] == '1'
+    local was_limit, was_rm = in_flight_limit(erow), erow.rm
+    if erow.missing or erow.m ~= m or erow.rm ~= rm or not same_rate
+        or adaptive ~= (erow.al > 0) then
       erow.m, erow.rm, erow.rr = m, rm, erate
+      set_adaptive(erow, adaptive)
       ENDPOINT_ROWS.changed(e, erow)
+    end
+    -- A raised cap, limit or rate may free room for lanes parked on e.
+    if not erow.missing and (in_flight_limit(erow) > was_limit or rm > was_rm
+        or not same_rate) then
+      changed[#changed + 1] = e
     end
     if erate > 0 then rates().clamp_clock('e' .. e, erate) end
   end

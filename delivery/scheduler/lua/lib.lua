@@ -28,8 +28,11 @@
 --                     none). One field per tenant, so a call reads the rows of the
 --                     tenants it meets with one HMGET and writes them with one HSET
 --                     (row_store)
---   endpoints   HASH  e -> the endpoint's row, four doubles (struct "<dddd"): m rm caps,
---                     ri live retry leases, rr rate per second (0 = unlimited)
+--   endpoints   HASH  e -> the endpoint's row, eight doubles (struct "<dddddddd"): m rm
+--                     caps, ri live retry leases, rr rate per second (0 = unlimited); the
+--                     adaptive limit (al, 0 = none: m alone bounds it), its answers'
+--                     recent and baseline latency in ms (lf, lb) and when it last went
+--                     down (lt, epoch s; 0 = never, so it still grows as in a slow start)
 --   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
 --                     the schedule (queued, delayed or leased; a tenant's in flight is
 --                     count - f - r - d). Its row goes when this reaches 0. One hash for
@@ -243,14 +246,91 @@ end, function(row)
     '<dddddddd', row.w, row.rr, row.f, row.r, row.d, row.c, row.u, row.s or -1)
 end)
 
--- An endpoint's row: m, rm, ri, rr (see `endpoints` above).
+-- An endpoint's row: m, rm, ri, rr, al, lf, lb, lt (see `endpoints` above).
 local ENDPOINT_ROWS = row_store(function(packed)
-  if not packed then return {m = 0, rm = 0, ri = 0, rr = 0, missing = true} end
-  local m, rm, ri, rr = struct.unpack('<dddd', packed)
-  return {m = m, rm = rm, ri = ri, rr = rr}
+  if not packed then
+    return {m = 0, rm = 0, ri = 0, rr = 0, al = 0, lf = 0, lb = 0, lt = 0, missing = true}
+  end
+  local m, rm, ri, rr, al, lf, lb, lt = struct.unpack('<dddddddd', packed)
+  return {m = m, rm = rm, ri = ri, rr = rr, al = al, lf = lf, lb = lb, lt = lt}
 end, function(row)
-  return struct.pack('<dddd', row.m, row.rm, row.ri, row.rr)
+  return struct.pack(
+    '<dddddddd', row.m, row.rm, row.ri, row.rr, row.al, row.lf, row.lb, row.lt)
 end)
+
+-- The requests an endpoint may have open at once: its cap, or under it its adaptive
+-- limit (whole requests, at least one).
+local function in_flight_limit(row)
+  if row.al > 0 and row.al < row.m then return math.floor(row.al) end
+  return row.m
+end
+
+-- Adaptive limits (docs/SCHEDULER.md, "Adaptive limits"). A new or rebuilt limit starts
+-- low, at ADAPTIVE_START, and grows like a slow start: by one per answer that was neither
+-- slow nor an overload, doubling per round trip, until the first time it went down. From
+-- then on it grows by one per round trip's worth of answers (1/limit each). It goes down
+-- at most once per round trip: to LIMIT_BACKOFF of itself on an overload answer, and in
+-- proportion when the answers' recent latency passes LATENCY_TOLERANCE times its
+-- baseline (never by more than the backoff). It grows only while in use (at least half
+-- its requests open), and stays between 1 and the cap.
+local ADAPTIVE_START = 4
+local LIMIT_BACKOFF = 0.5
+local LATENCY_TOLERANCE = 1.5
+-- Each answer moves the recent latency this share of the way to its own; the baseline
+-- follows a lower latency at once and a higher one by BASELINE_DRIFT per answer, so that
+-- a sustained queue at the endpoint does not become its baseline within seconds.
+local RECENT_WEIGHT = 0.2
+local BASELINE_DRIFT = 0.0002
+-- The shortest round trip a backoff waits for (seconds): answers that were all overloads
+-- carry no latency to go by.
+local MIN_ROUND_TRIP = 0.05
+
+-- Whether e's limit adapts, from the configuration an enqueue or an operator gave: a
+-- limit turned on starts low; one turned off is forgotten.
+local function set_adaptive(row, adaptive)
+  if not adaptive then
+    row.al, row.lf, row.lb, row.lt = 0, 0, 0, 0
+  elseif row.al <= 0 then
+    row.al = math.min(ADAPTIVE_START, math.max(row.m, 1))
+  elseif row.al > row.m then
+    row.al = math.max(row.m, 1)
+  end
+end
+
+-- One call's answers from e: `ok` answers that took `latency_ms` in all, `overloaded`
+-- that said it was past its capacity. `open` is how many requests were open before they
+-- ended. Returns whether the limit went up.
+local function adapt(row, ok, overloaded, latency_ms, open)
+  if row.al <= 0 then return false end
+  local limit, rtt = row.al, row.lf
+  if ok > 0 then
+    local mean = latency_ms / ok
+    if row.lb <= 0 or mean < row.lb then row.lb = mean end
+    row.lb = row.lb + (mean - row.lb) * math.min(1, ok * BASELINE_DRIFT)
+    if row.lf <= 0 then row.lf = mean end
+    row.lf = row.lf + (mean - row.lf) * math.min(1, ok * RECENT_WEIGHT)
+    rtt = math.max(rtt, row.lf)
+  end
+  local ceiling = math.max(row.m, 1)
+  local slow = row.lb > 0 and row.lf > row.lb * LATENCY_TOLERANCE
+  if overloaded > 0 or slow then
+    -- Once per round trip: the answers of one window all say the same.
+    if NOW - row.lt < math.max(rtt / 1000, MIN_ROUND_TRIP) then return false end
+    local factor = LIMIT_BACKOFF
+    if overloaded == 0 then
+      factor = math.max(LIMIT_BACKOFF, row.lb * LATENCY_TOLERANCE / row.lf)
+    end
+    row.al, row.lt = math.max(1, math.min(limit, ceiling) * factor), NOW
+    return false
+  end
+  if ok == 0 or open * 2 < limit then return false end
+  if row.lt == 0 then
+    row.al = math.min(ceiling, limit + ok)
+  else
+    row.al = math.min(ceiling, limit + ok / limit)
+  end
+  return row.al > limit
+end
 
 -- A ULID's first 10 Crockford base32 characters are its creation time in ms: the age of
 -- a lane's head costs no lookup.
@@ -376,7 +456,7 @@ local function endpoint_state(e)
   if known then return known end
   local row = ENDPOINT_ROWS.of(e)
   local state = {
-    m = row.m, rm = row.rm, ri = row.ri, rr = row.rr,
+    m = in_flight_limit(row), rm = row.rm, ri = row.ri, rr = row.rr,
     busy = num(redis.call('ZSCORE', K_BUSY, e)),
   }
   if ENDPOINTS then ENDPOINTS[e] = state end

@@ -7,6 +7,7 @@ if row.missing then return 0 end
 row.m = tonumber(ARGV[SET_ENDPOINT.max_in_flight])
 row.rm = tonumber(ARGV[SET_ENDPOINT.retry_max_in_flight])
 row.rr = tonumber(ARGV[SET_ENDPOINT.rate]) or 0
+set_adaptive(row, ARGV[SET_ENDPOINT.adaptive] == '1')
 ENDPOINT_ROWS.changed(e, row)
 if row.rr > 0 then rates().clamp_clock('e' .. e, row.rr) end
 local woken = 0

@@ -60,7 +60,7 @@ scenarios:
 
 --compare runs the fair platform and a baseline back to back: flood vs FIFO;
 slow-endpoints vs no caps, plus a run where nothing hangs; retry-storm vs no caps;
-fragile-endpoints a static cap of 4 vs no caps.
+fragile-endpoints its adaptive limit vs a static cap of 4 and vs no caps.
 A run takes one to three minutes (a flood run drains its backlog, which the probe
 sized for this machine); --rounds 3 repeats them for medians on a noisy machine.
 

@@ -1,0 +1,172 @@
+"""Adaptive in-flight limits: how an endpoint's limit moves on what its answers say, and
+that picks keep to it (lua/lib.lua's adapt; docs/SCHEDULER.md, "Adaptive limits").
+
+Real Redis (the plain server, the cluster and Redis 6.2, as every scheduler test), a fake
+clock for the once-per-round-trip rule."""
+
+import pytest
+
+from delivery.scheduler import EndpointAnswers, Scheduler, ShardedScheduler, shard_index
+from tests.scheduler_helpers import FakeClock, batch, check_invariants, endpoint_row
+
+
+def adaptive(n: int, endpoint: int = 1, tenant: int = 1, cap: int = 100) -> list:
+    return batch(tenant, endpoint, n, max_in_flight=cap, retry_max_in_flight=cap, adaptive=True)
+
+
+def limit_of(sched: Scheduler, endpoint: int = 1) -> float:
+    return endpoint_row(sched, endpoint)["al"]
+
+
+def fast(n: int, endpoint: int = 1, ms: float = 50) -> list[EndpointAnswers]:
+    return [EndpointAnswers(endpoint, ok=n, latency_ms=n * ms)]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sched(scheduler_conn, clock) -> Scheduler:
+    scheduler = Scheduler(scheduler_conn, clock=clock)
+    scheduler.clear()
+    return scheduler
+
+
+def test_a_new_adaptive_endpoint_starts_low_and_picks_keep_to_its_limit(sched) -> None:
+    sched.enqueue(adaptive(20))
+    assert limit_of(sched) == 4
+    assert len(sched.pick("w", 20).leases) == 4  # under a cap of 100
+    snapshot = sched.snapshot()
+    (row,) = snapshot.endpoints
+    assert (row.max_in_flight, row.adaptive_limit, row.in_flight) == (100, 4, 4)
+    check_invariants(sched)
+
+
+def test_fast_answers_double_it_per_round_trip_until_the_first_backoff(sched, clock) -> None:
+    sched.enqueue(adaptive(200))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(len(leases)))
+    assert limit_of(sched) == 8  # slow start: one more per fast answer
+    leases = sched.pick("w", 50).leases
+    assert len(leases) == 8
+    sched.answered(leases, fast(8))
+    assert limit_of(sched) == 16
+    # After a backoff (an overload), a round trip's worth of answers adds one.
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases[:1], [EndpointAnswers(1, overloaded=1)])
+    assert limit_of(sched) == 8
+    clock.advance(1)
+    sched.answered(leases[1:9], fast(8))
+    assert limit_of(sched) == pytest.approx(9)
+    check_invariants(sched)
+
+
+def test_an_overload_halves_it_once_per_round_trip_and_never_below_one(sched, clock) -> None:
+    sched.enqueue(adaptive(100))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(4, ms=100))  # a round trip of 100 ms; limit 8
+    leases = sched.pick("w", 50).leases
+    overload = [EndpointAnswers(1, overloaded=2)]
+    sched.answered(leases[:2], overload)
+    assert limit_of(sched) == 4
+    sched.answered(leases[2:4], overload)  # the same round trip's answers
+    assert limit_of(sched) == 4
+    for expected in (2, 1, 1):
+        clock.advance(0.2)
+        sched.answered([], overload)
+        assert limit_of(sched) == expected
+    assert len(sched.pick("w", 50).leases) == 0  # four still open, limit 1
+
+
+def test_latency_past_its_tolerance_lowers_it_in_proportion(sched, clock) -> None:
+    sched.enqueue(adaptive(100))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(4, ms=50))  # baseline 50 ms, limit 8
+    leases = sched.pick("w", 50).leases
+    clock.advance(1)
+    sched.answered(leases[:4], fast(4, ms=100))  # recent 50 + 0.8 x 50 = 90 ms
+    row = endpoint_row(sched, 1)
+    assert row["lf"] == pytest.approx(90)
+    baseline = 50 + 50 * 4 * 0.0002  # drifting toward slower answers, slowly
+    assert row["lb"] == pytest.approx(baseline)
+    assert row["al"] == pytest.approx(8 * baseline * 1.5 / 90)
+    # Within the tolerance it grows again, by a round trip's worth.
+    clock.advance(1)
+    sched.answered(leases[4:], fast(4, ms=50))
+    assert limit_of(sched) > row["al"]
+
+
+def test_an_unused_limit_does_not_grow_and_the_cap_bounds_it(sched) -> None:
+    sched.enqueue(adaptive(1, cap=6))
+    (lease,) = sched.pick("w", 50).leases
+    sched.answered([lease], fast(1))  # one open of a limit of 4: no evidence for more
+    assert limit_of(sched) == 4
+    sched.enqueue(adaptive(50, cap=6))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(len(leases)))
+    assert limit_of(sched) == 6  # the cap is the ceiling
+    assert len(sched.pick("w", 50).leases) == 6
+
+
+def test_a_raised_limit_unparks_the_lanes_waiting_for_it(sched) -> None:
+    sched.enqueue(adaptive(10, tenant=1) + adaptive(10, tenant=2))
+    assert len(sched.pick("w", 20).leases) == 4  # the rest of both lanes park
+    # Answers alone (their leases already recorded): the limit goes to 8 and the
+    # endpoint's parked lanes are offered the room at once.
+    sched.answered([], fast(4))
+    assert limit_of(sched) == 8
+    assert len(sched.pick("w", 20).leases) == 4
+    check_invariants(sched)
+
+
+def test_an_endpoint_without_adaptation_keeps_its_cap_whatever_it_answers(sched) -> None:
+    sched.enqueue(batch(1, 1, 20, max_in_flight=5))
+    leases = sched.pick("w", 20).leases
+    assert len(leases) == 5
+    sched.answered(leases, [EndpointAnswers(1, overloaded=5)])
+    assert endpoint_row(sched, 1)["al"] == 0
+    assert len(sched.pick("w", 20).leases) == 5
+    (row,) = sched.snapshot().endpoints
+    assert row.adaptive_limit is None
+
+
+def test_turning_it_off_restores_the_cap_and_on_again_starts_low(sched) -> None:
+    sched.enqueue(adaptive(40, cap=10))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(4))
+    assert limit_of(sched) == 8
+    sched.set_endpoint(1, max_in_flight=10, retry_max_in_flight=10, adaptive=False)
+    assert limit_of(sched) == 0
+    assert len(sched.pick("w", 50).leases) == 10  # the cap
+    sched.set_endpoint(1, max_in_flight=10, retry_max_in_flight=10, adaptive=True)
+    assert limit_of(sched) == 4
+    # An operator lowering the cap lowers a limit above it.
+    sched.set_endpoint(1, max_in_flight=3, retry_max_in_flight=3, adaptive=True)
+    assert limit_of(sched) == 3
+
+
+def test_a_schedule_rebuilt_after_a_loss_starts_the_limit_low_again(sched) -> None:
+    sched.enqueue(adaptive(100))
+    for _ in range(3):
+        leases = sched.pick("w", 50).leases
+        sched.answered(leases, fast(len(leases)))
+    assert limit_of(sched) == 32
+    sched.clear()  # what a rebuild does first, as after Redis lost the schedule
+    sched.enqueue(adaptive(10))
+    assert limit_of(sched) == 4
+
+
+def test_answers_reach_each_endpoints_own_shard(scheduler_conn) -> None:
+    shards = ShardedScheduler([Scheduler(scheduler_conn, shard=20 + i) for i in range(3)])
+    endpoints = list(range(1, 13))
+    assert len({shard_index(e, 3) for e in endpoints}) == 3
+    for shard in shards.shards:
+        shard.clear()
+    shards.enqueue([item for e in endpoints for item in adaptive(10, endpoint=e)])
+    leases = shards.pick("w", 100).leases
+    assert len(leases) == 4 * len(endpoints)
+    shards.answered(leases, [answer for e in endpoints for answer in fast(4, endpoint=e)])
+    for e in endpoints:
+        assert limit_of(shards.shard_for(e), e) == 8
