@@ -23,7 +23,7 @@ from hypothesis.stateful import (
 
 from core import redis_connection
 from core.ids import new_ulid
-from delivery.scheduler import Item, Scheduler
+from delivery.scheduler import EndpointAnswers, Item, Scheduler
 from tests.scheduler_helpers import (
     FakeClock,
     assert_no_tenant_keys,
@@ -88,6 +88,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         )
         self.sched.clear()
         self.caps = {1: (1, 1), 2: (2, 1), 3: (3, 2)}
+        self.adaptive = {1: False, 2: False, 3: True}  # in-flight limit adapts under the cap
         self.queued: set[str] = set()  # every delivery not acked yet
         self.held = {}  # token -> the Lease as we believe it stands
         self.arrivals = {}  # (tenant, endpoint) -> fresh ids in arrival order
@@ -114,7 +115,10 @@ class ScheduleMachine(RuleBasedStateMachine):
         lane = "retry" if retry else "fresh"
         ids = [f"{ID_TIME}{next(self.ids):016d}" for _ in range(n)]
         erate, trate = self.endpoint_rates[endpoint], self.tenant_rates[tenant]
-        items = [Item(i, tenant, endpoint, weight, m, rm, lane, due, erate, trate) for i in ids]
+        adaptive = self.adaptive[endpoint]
+        items = [
+            Item(i, tenant, endpoint, weight, m, rm, lane, due, erate, trate, adaptive) for i in ids
+        ]
         self.sched.enqueue(items)
         self.buckets[("e", endpoint)].clamp(erate, self.clock.now)  # items carry the rates
         self.buckets[("t", tenant)].clamp(trate, self.clock.now)
@@ -163,6 +167,9 @@ class ScheduleMachine(RuleBasedStateMachine):
         for e in {lease.endpoint_id for lease in granted}:
             row = endpoint_row(self.sched, e)
             m, rm = int(row["m"]), int(row["rm"])
+            if row["al"] > 0:  # an adaptive limit: between 1 and the cap, and it binds
+                assert 1 <= row["al"] <= max(m, 1)
+                m = min(m, math.floor(row["al"]))
             assert sum(1 for x in leases if x[2] == str(e)) <= m
             if any(lease.endpoint_id == e and lease.lane == "retry" for lease in granted):
                 assert sum(1 for x in leases if x[2] == str(e) and x[3] == "r") <= rm
@@ -184,7 +191,21 @@ class ScheduleMachine(RuleBasedStateMachine):
     def answered(self, data):
         """Requests over, not yet recorded: their slots free up, the leases stay."""
         tokens = data.draw(st.lists(st.sampled_from(sorted(self.held)), min_size=1, unique=True))
-        self.sched.answered([self.held[token] for token in tokens])
+        # With how each endpoint's requests went: adaptive limits move on these.
+        answers = data.draw(
+            st.lists(
+                st.builds(
+                    EndpointAnswers,
+                    st.sampled_from(ENDPOINTS),
+                    st.integers(0, 3),
+                    st.integers(0, 2),
+                    st.sampled_from((5.0, 80.0, 900.0)),
+                ),
+                max_size=2,
+                unique_by=lambda answer: answer.endpoint_id,
+            )
+        )
+        self.sched.answered([self.held[token] for token in tokens], answers)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), delay=st.sampled_from((0, 3, 20)))
@@ -233,6 +254,11 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.caps[endpoint] = (m, rm)
         self._set_endpoint(endpoint)
 
+    @rule(endpoint=st.sampled_from(ENDPOINTS), on=st.booleans())
+    def change_adaptive(self, endpoint, on):
+        self.adaptive[endpoint] = on
+        self._set_endpoint(endpoint)
+
     @rule(endpoint=st.sampled_from(ENDPOINTS), rate=st.sampled_from(RATES))
     def change_endpoint_rate(self, endpoint, rate):
         self.endpoint_rates[endpoint] = rate
@@ -242,7 +268,11 @@ class ScheduleMachine(RuleBasedStateMachine):
         m, rm = self.caps[endpoint]
         rate = self.endpoint_rates[endpoint]
         self.sched.set_endpoint(
-            endpoint, max_in_flight=m, retry_max_in_flight=rm, rate_per_second=rate
+            endpoint,
+            max_in_flight=m,
+            retry_max_in_flight=rm,
+            rate_per_second=rate,
+            adaptive=self.adaptive[endpoint],
         )
         self.buckets[("e", endpoint)].clamp(rate, self.clock.now)
 
