@@ -6,6 +6,7 @@ not a test:
         [--by-command]  # also each call's commands split by command
         [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
         [--pick 4]  # leases per pick (32 by default)
+        [--adaptation]  # also with the endpoints' adaptive limits off and on, interleaved
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -36,6 +37,11 @@ run, side by side, says whether a change made the scripts cheaper. It also enque
 to 5,000 of the deliveries one per call with each version, interleaved
 (`single_enqueue_script_us`, `single_enqueue_commands`: what one signed POST's enqueue
 costs each).
+
+`--adaptation` runs this checkout twice, interleaved the same way: without adaptive
+limits, and with them (every item flagged adaptive, every answered call carrying each
+endpoint's answers, as the engine's do with DELIVERY_ADAPTIVE_CONCURRENCY), and reports
+`script_us_per_delivery_with_over_without` and `commands_per_delivery_with_over_without`.
 """
 
 import argparse
@@ -48,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -57,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.ids import new_ulid
 from core.redis_cost import server_work
-from delivery.scheduler import FRESH, Item, Scheduler
+from delivery.scheduler import FRESH, EndpointAnswers, Item, Lease, Scheduler
 from delivery.scheduler.scheduler import _member
 from tests.private_redis import PrivateRedis
 
@@ -106,11 +113,15 @@ MIXES = {"tenants": workload, "flood": flood}
 mix = workload  # --mix chooses; module-level so that the shard processes inherit it
 
 
-def steps(sched: Scheduler, work: list[Item], seed: int):
+def steps(sched: Scheduler, work: list[Item], seed: int, adaptive: bool = False):
     """The engine's calls on `work`, one scheduler call per step: enqueue in batches, then
     pick / answered / retry_later / ack in batches until every delivery is acked. Yields
-    the name of each call once it is made."""
+    the name of each call once it is made. `adaptive`: the endpoints' limits adapt, and
+    each answered call carries every endpoint's answers (fast ones, 50 ms each), as the
+    engine's do with DELIVERY_ADAPTIVE_CONCURRENCY."""
     rng = random.Random(seed)
+    if adaptive:
+        work = [replace(item, adaptive=True) for item in work]
     for i in range(0, len(work), ENQUEUE_BATCH):
         sched.enqueue(work[i : i + ENQUEUE_BATCH])
         yield "enqueue"
@@ -122,7 +133,8 @@ def steps(sched: Scheduler, work: list[Item], seed: int):
             # Only a retry not yet due can leave nothing dispatchable: wait for it.
             time.sleep(min(picked.wait_seconds, 0.01))
             continue
-        sched.answered(picked.leases)
+        answers = _answers(picked.leases) if adaptive else ()
+        sched.answered(picked.leases, answers)
         yield "answered"
         done, retries = [], []
         for lease in picked.leases:
@@ -136,6 +148,11 @@ def steps(sched: Scheduler, work: list[Item], seed: int):
         sched.ack(done, outcome="delivered")
         finished += len(done)
         yield "ack"
+
+
+def _answers(leases: list[Lease]) -> list[EndpointAnswers]:
+    per_endpoint = Counter(lease.endpoint_id for lease in leases)
+    return [EndpointAnswers(e, ok=n, latency_ms=50.0 * n) for e, n in per_endpoint.items()]
 
 
 def run(conn: redis.Redis, shard: int, work: list[Item], seed: int, turn_size: int = 1) -> int:
@@ -227,24 +244,12 @@ def _other_module(other: Path, name: str) -> ModuleType:
     return importlib.import_module(f"other_scheduler.{name}")
 
 
-def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
-    """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
-    checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
-    checkout's, on the same workload, interleaved call by call on one server: each call's
-    server time in scripts and commands go to its version's account."""
-    other_scripts = _other_module(other, "scripts")
-    before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
-    before._scripts = other_scripts.register_all(conn)
-    if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():
-        # Scripts from before retries were batched take one retry per call, as that
-        # checkout's engine made them.
-        def one_by_one(retries, sched=before):
-            return [
-                bool(sched._run("retry_later", _member(lease), repr(due))) for lease, due in retries
-            ]
-
-        before.retry_later_many = one_by_one
-    names = {"before": before, "after": after}
+def interleaved(
+    conn: redis.Redis, names: dict[str, Scheduler], adaptive: dict[str, bool], args
+) -> dict[str, dict]:
+    """Each scheduler of `names` on the same workload, interleaved call by call on one
+    server, each first in every other step: each call's server time in scripts and
+    commands goes to its own account."""
     usec = {name: 0 for name in names}
     inner_usec = {name: 0 for name in names}
     commands = {name: Counter() for name in names}
@@ -254,7 +259,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
         going = {}
         for name, sched in names.items():
             sched.clear()
-            going[name] = steps(sched, work if round_ else work[:200], args.seed)
+            going[name] = steps(sched, work if round_ else work[:200], args.seed, adaptive[name])
         turn = 0
         while going:
             # Each version goes first in every other step: the second of two calls in a
@@ -274,7 +279,7 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
                     commands[name][call] += calls_after - calls_before
                     usec_by_call[name][call] += usec_after - usec_before
     deliveries = args.rounds * args.deliveries
-    out = {
+    return {
         name: {
             "script_us_per_delivery": usec[name] / deliveries,
             # The commands' own share of it: the rest is Lua (its side of each call too).
@@ -289,6 +294,39 @@ def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
         }
         for name in names
     }
+
+
+def adaptation(conn: redis.Redis, args: argparse.Namespace) -> dict:
+    """This checkout's scripts with the endpoints' adaptive limits off and on (items
+    flagged, answered calls carrying answers), interleaved on one server: what adapting
+    costs."""
+    names = {"without": Scheduler(conn, shard=3), "with": Scheduler(conn, shard=4)}
+    out = interleaved(conn, names, {"without": False, "with": True}, args)
+    for key in ("script_us_per_delivery", "commands_per_delivery"):
+        out[f"{key}_with_over_without"] = out["with"][key] / out["without"][key]
+    return out
+
+
+def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
+    """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
+    checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
+    checkout's, on the same workload, interleaved call by call on one server: each call's
+    server time in scripts and commands go to its version's account."""
+    other_scripts = _other_module(other, "scripts")
+    before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
+    before._scripts = other_scripts.register_all(conn)
+    if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():
+        # Scripts from before retries were batched take one retry per call, as that
+        # checkout's engine made them.
+        def one_by_one(retries, sched=before):
+            return [
+                bool(sched._run("retry_later", _member(lease), repr(due))) for lease, due in retries
+            ]
+
+        before.retry_later_many = one_by_one
+    names = {"before": before, "after": after}
+    out = interleaved(conn, names, {name: False for name in names}, args)
+    work = mix(args.deliveries, args.tenants, args.seed)
     single = single_enqueues_against(conn, names, work[: min(len(work), 5_000)])
     for name in names:
         out[name]["single_enqueue_script_us"], out[name]["single_enqueue_commands"] = single[name]
@@ -378,6 +416,11 @@ def main() -> None:
     )
     parser.add_argument("--against", type=Path, help="an older checkout to compare with")
     parser.add_argument(
+        "--adaptation",
+        action="store_true",
+        help="also this checkout with the endpoints' adaptive limits off and on, interleaved",
+    )
+    parser.add_argument(
         "--by-command",
         action="store_true",
         help="also one run that splits each call's commands by command (INFO commandstats "
@@ -427,6 +470,8 @@ def main() -> None:
             }
             if args.against:
                 results["against"] = against(conn, args.against.resolve(), args)
+            if args.adaptation:
+                results["adaptation"] = adaptation(conn, args)
             if args.by_command:
                 results["by_call"] = by_command(conn, args)
         finally:

@@ -36,22 +36,24 @@ for _, member in ipairs(fresh) do
 end
 give_back_done()
 if FIRST > SIGNALS then
-  local answering = {}
+  -- Every answering endpoint's row and in-flight count at once.
+  local answering, signal_at = {}, {}
   for i = SIGNALS, FIRST - 1, ENDPOINT_ANSWERS.SIZE do
     answering[#answering + 1] = ARGV[i + ENDPOINT_ANSWERS.endpoint]
+    signal_at[#signal_at + 1] = i
   end
   ENDPOINT_ROWS.read(answering)
-  for i = SIGNALS, FIRST - 1, ENDPOINT_ANSWERS.SIZE do
-    local e = ARGV[i + ENDPOINT_ANSWERS.endpoint]
+  local busy = call_list('ZMSCORE', K_BUSY, answering)
+  for n, i in ipairs(signal_at) do
+    local e = answering[n]
     local row = ENDPOINT_ROWS.of(e)
     if row.al > 0 then
       local ok = tonumber(ARGV[i + ENDPOINT_ANSWERS.ok])
       local overloaded = tonumber(ARGV[i + ENDPOINT_ANSWERS.overloaded])
-      local open = num(redis.call('ZSCORE', K_BUSY, e)) + ok + overloaded
+      local open = num(busy[n]) + ok + overloaded
       -- A raised limit is a freed slot too: lanes parked on e may go now.
-      if adapt(row, ok, overloaded, tonumber(ARGV[i + ENDPOINT_ANSWERS.latency_ms]), open) then
-        freed[#freed + 1] = e
-      end
+      local raised = adapt(row, ok, overloaded, tonumber(ARGV[i + ENDPOINT_ANSWERS.latency_ms]), open)
+      if raised and freed[#freed] ~= e then freed[#freed + 1] = e end
       ENDPOINT_ROWS.changed(e, row)
     end
   end
