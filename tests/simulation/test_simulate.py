@@ -237,7 +237,7 @@ def test_shards_out_of_range_or_with_fifo_are_refused(args: list[str], message: 
 
 
 @pytest.mark.slow
-def test_fragile_endpoints_shows_a_static_cap_under_capacity_and_no_cap_overloading(
+def test_fragile_endpoints_compares_the_adaptive_limit_with_a_static_cap_and_no_cap(
     tmp_path: Path,
 ) -> None:
     figures = simulate(
@@ -247,8 +247,9 @@ def test_fragile_endpoints_shows_a_static_cap_under_capacity_and_no_cap_overload
         *("--fragile-rate", "100", "--tenants", "2"),
         tmp_path=tmp_path,
     )
-    static, no_caps = figures["runs"]["static"], figures["runs"]["no-caps"]
-    for run in (static, no_caps):
+    runs = figures["runs"]
+    static, no_caps, adaptive = runs["static"], runs["no-caps"], runs["adaptive"]
+    for run in (static, no_caps, adaptive):
         # C = 2, halved after a third of the window and doubled back after two.
         assert [capacity for _, capacity in run["capacity_changes"]] == [2, 1, 2]
         assert run["quiet_p99_ms"] is not None and run["capacity_per_s"] > 0
@@ -259,3 +260,11 @@ def test_fragile_endpoints_shows_a_static_cap_under_capacity_and_no_cap_overload
     # Eight slots and no cap: past 2C at once, the receiver answers 503.
     assert no_caps["fragile_open_max"] > 2
     assert no_caps["overload_error_share"] > 0
+    # The adaptive limit, uncapped as well, backs off: a fraction of no cap's 503s.
+    assert adaptive["goodput_to_capacity"] > 0.5
+    assert adaptive["overload_error_share"] < no_caps["overload_error_share"] / 2
+    # The goals' figures under the issue's names, at the top of --json.
+    assert figures["goodput_to_capacity"] == adaptive["goodput_to_capacity"]
+    assert figures["goodput_to_capacity_static"] == static["goodput_to_capacity"]
+    assert figures["overload_error_share_nocap"] == no_caps["overload_error_share"]
+    assert {"converge_s", "quiet_p99_ratio", "overload_error_share"} <= set(figures)
