@@ -153,7 +153,7 @@ GOALS: dict[str, list[tuple[str, str, str, str, str, str, float]]] = {
             1,
         ),
     ],
-    # A goal without a second run is the figure itself (issue #41's "done when").
+    # A goal without a second run is the figure itself (docs/BENCHMARKS.md, "Fragile endpoints").
     "fragile-endpoints": [
         ("goodput / capacity, adaptive", "adaptive", "goodput_to_capacity", "", "", ">=", 0.9),
         ("503s / requests, adaptive", "adaptive", "overload_error_share", "", "", "<=", 0.01),

@@ -30,7 +30,7 @@ def test_lanes_lists_backlogged_tenants_and_capped_endpoints(scheduler_shards) -
     scheduler.pick("w", 1)
     table = run()
     assert "flooder.example" in table and "(fallback lane)" in table
-    assert "endpoints at their cap: 1" in table
+    assert "endpoints at their cap or adaptive limit: 1" in table
     assert "http://127.0.0.1:9/slow: 1/1 in flight" in table
     data = json.loads(run("--json"))
     keys = {row["tenant_key"] for row in data["tenants"]}
@@ -65,3 +65,21 @@ def test_lanes_says_which_delivery_workers_beat(redis_conn) -> None:
     heartbeats.beat(redis_conn, "host-b.99", now=heartbeats.time.time() - 600)  # gone
     assert "delivery workers: 1 (host-a.1234 0s ago)" in run()
     assert list(json.loads(run("--json"))["workers"]) == ["host-a.1234"]
+
+
+def test_lanes_shows_an_endpoint_at_its_adaptive_limit_under_its_cap() -> None:
+    tenant = make_tenant("fragile.example")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/fragile", max_in_flight=50)
+    scheduler = get_scheduler()
+    scheduler.enqueue(
+        [
+            Item(new_ulid(), tenant.pk, endpoint.pk, max_in_flight=50, adaptive=True)
+            for _ in range(10)
+        ]
+    )
+    assert len(scheduler.pick("w", 10).leases) == 4  # a new adaptive limit starts at 4
+    table = run()
+    assert "endpoints at their cap or adaptive limit: 1" in table
+    assert "/fragile: 4/4 in flight (adaptive limit 4.0 of cap 50)" in table
+    (row,) = json.loads(run("--json"))["endpoints"]
+    assert row["adaptive_limit"] == 4 and row["max_in_flight"] == 50
