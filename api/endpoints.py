@@ -5,9 +5,10 @@ deliveries and enabling resumes them. A tenant's own token sets caps and rates o
 to what the operator allows tenants (API_TENANT_*); an operator token up to the model's
 bounds."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import redis
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
@@ -37,6 +38,7 @@ from dashboards.endpoint_forms import (
 )
 from dashboards.endpoint_health import WindowHealth, endpoint_health
 from delivery.models import Delivery
+from delivery.scheduler import get_scheduler
 from tenants import audit
 from tenants.models import AuditEntry, Endpoint, EndpointSecret, mask_secret
 
@@ -230,9 +232,33 @@ class HealthWindowOut(serializers.Serializer):
     capped = serializers.BooleanField(help_text="True: only the latest attempts were read.")
 
 
+class ConcurrencyOut(serializers.Serializer):
+    in_flight = serializers.IntegerField(help_text="Requests open to it now.")
+    max_in_flight = serializers.IntegerField(
+        help_text="Its cap; with an adaptive limit, the limit's ceiling."
+    )
+    adaptive_limit = serializers.FloatField(
+        allow_null=True,
+        help_text="Requests it may have open at once now (the whole part), found from how "
+        "it answers; null when its cap alone is the limit.",
+    )
+    latency_ms = serializers.FloatField(
+        allow_null=True, help_text="Its answers' recent latency, which the limit follows."
+    )
+    baseline_ms = serializers.FloatField(
+        allow_null=True, help_text="The latency it answers with when not queueing."
+    )
+    backed_off_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the limit last went down (an overload or slow answers)."
+    )
+
+
 class StatsOut(serializers.Serializer):
     hour = HealthWindowOut()
     day = HealthWindowOut()
+    concurrency = ConcurrencyOut(
+        allow_null=True, help_text="Null when the schedule holds nothing for it now."
+    )
 
 
 class TestEventOut(serializers.Serializer):
@@ -256,6 +282,28 @@ def _window_out(window: WindowHealth) -> dict:
         "p50_ms": window.p50_ms,
         "p95_ms": window.p95_ms,
         "capped": window.capped,
+    }
+
+
+def _concurrency_out(endpoint_id: int) -> dict | None:
+    """What the schedule holds of the endpoint now; None also when Redis cannot say (the
+    rest of the page's figures come from the database and stand)."""
+    try:
+        state = get_scheduler().endpoint_state(endpoint_id)
+    except redis.RedisError:
+        return None
+    if state is None:
+        return None
+    backed_off = state.backed_off_at
+    return {
+        "in_flight": state.in_flight,
+        "max_in_flight": state.max_in_flight,
+        "adaptive_limit": state.adaptive_limit,
+        "latency_ms": state.latency_ms,
+        "baseline_ms": state.baseline_ms,
+        "backed_off_at": datetime.fromtimestamp(backed_off, UTC).isoformat()
+        if backed_off
+        else None,
     }
 
 
@@ -447,7 +495,13 @@ class EndpointStats(APIView):
         """Success rate and attempt latency over the last hour and day."""
         endpoint = _endpoint(request, key, endpoint_id)
         health = endpoint_health(endpoint.pk)
-        return Response({"hour": _window_out(health.hour), "day": _window_out(health.day)})
+        return Response(
+            {
+                "hour": _window_out(health.hour),
+                "day": _window_out(health.day),
+                "concurrency": _concurrency_out(endpoint.pk),
+            }
+        )
 
 
 class TestEvent(APIView):

@@ -185,12 +185,21 @@ class ScheduleCollector(Collector):
             "Concurrency cap, top-N busiest endpoints.",
             labels=["endpoint"],
         )
+        limit = GaugeMetricFamily(
+            "webhook_endpoint_adaptive_limit",
+            "Adaptive in-flight limit under the cap, top-N busiest endpoints whose limit "
+            "adapts (DELIVERY_ADAPTIVE_CONCURRENCY).",
+            labels=["endpoint"],
+        )
         for row in snapshot.endpoints:
             label = labels.get(row.endpoint_id, str(row.endpoint_id))
             in_flight.add_metric([label], row.in_flight)
             cap.add_metric([label], row.max_in_flight)
+            if row.adaptive_limit is not None:
+                limit.add_metric([label], row.adaptive_limit)
         yield in_flight
         yield cap
+        yield limit
 
     def _database_metrics(self) -> Iterator[Metric]:
         fallback = CounterMetricFamily(

@@ -130,6 +130,19 @@ SET_ENDPOINT = Record(
 )
 PAUSE_ENDPOINT = Record("PAUSE_ENDPOINT", ("endpoint", "paused_until"))
 SNAPSHOT = Record("SNAPSHOT", ("top_n",), rest="bounds")
+ENDPOINT_STATE = Record("ENDPOINT_STATE", ("endpoint",))
+ENDPOINT_STATE_REPLY = Record(
+    "ENDPOINT_STATE_REPLY",
+    (
+        "in_flight",
+        "max_in_flight",
+        "adaptive_limit",  # the rest: only while the endpoint's limit adapts
+        "latency_ms",  # its answers' recent latency
+        "baseline_ms",
+        "backed_off_at",  # epoch seconds of its last backoff; none before the first
+    ),
+    kind=REPLY,
+)
 
 
 def records() -> list[Record]:

@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from core.ids import ULID_LENGTH, new_ulid
 
 from . import keys, protocol, scripts, snapshot
-from .values import RETRY, EndpointAnswers, Item, Lease, PickResult, Snapshot
+from .values import RETRY, EndpointAnswers, EndpointState, Item, Lease, PickResult, Snapshot
 
 MODES = ("fair", "fifo")
 _OUTCOME = re.compile(r"[a-z_]{1,32}")
@@ -356,6 +356,27 @@ class Scheduler:
         )
         reply = self._run("snapshot", arguments)
         return snapshot.decode(reply, tuple(age_buckets))
+
+    def endpoint_state(self, endpoint_id: int) -> EndpointState | None:
+        """The endpoint's requests in flight, its cap and, while its limit adapts, the
+        limit and the latencies it moves on; None when the schedule holds nothing of it
+        (an idle endpoint has no row: its limit starts anew with its next delivery)."""
+        reply = protocol.ENDPOINT_STATE_REPLY.unpack(
+            self._run(
+                "endpoint_state", protocol.ENDPOINT_STATE.pack({"endpoint": int(endpoint_id)})
+            )
+        )
+        if reply["in_flight"] is None:
+            return None
+        number = {name: None if value is None else float(value) for name, value in reply.items()}
+        return EndpointState(
+            in_flight=int(number["in_flight"]),
+            max_in_flight=int(number["max_in_flight"]),
+            adaptive_limit=number["adaptive_limit"],
+            latency_ms=number["latency_ms"],
+            baseline_ms=number["baseline_ms"],
+            backed_off_at=number["backed_off_at"],
+        )
 
     def age_histogram(self, buckets: Sequence[float]) -> dict[float, int]:
         """Bound (seconds) -> number of tenants whose oldest queued work is at most that old."""

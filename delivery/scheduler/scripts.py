@@ -39,6 +39,7 @@ _PARTS = {
     "set_endpoint": ("lib", "set_endpoint"),
     "pause_endpoint": ("lib", "pause_endpoint"),
     "snapshot": ("lib", "snapshot"),
+    "endpoint_state": ("lib", "endpoint_state"),
     "clear": ("clear",),
 }
 

@@ -18,7 +18,15 @@ from redis.cluster import RedisCluster
 
 from . import placement, snapshot
 from .scheduler import Scheduler
-from .values import EndpointAnswers, Item, Lease, PickResult, Snapshot, TenantRow
+from .values import (
+    EndpointAnswers,
+    EndpointState,
+    Item,
+    Lease,
+    PickResult,
+    Snapshot,
+    TenantRow,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -192,6 +200,9 @@ class ShardedScheduler:
 
     def set_endpoint(self, endpoint_id: int, **config) -> None:
         self.shard_for(endpoint_id).set_endpoint(endpoint_id, **config)
+
+    def endpoint_state(self, endpoint_id: int) -> EndpointState | None:
+        return self.shard_for(endpoint_id).endpoint_state(endpoint_id)
 
     def pause_endpoint(self, endpoint_id: int, until: float) -> bool:
         return self.shard_for(endpoint_id).pause_endpoint(endpoint_id, until)

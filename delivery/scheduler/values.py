@@ -29,6 +29,20 @@ class Item:
 
 
 @dataclass(frozen=True)
+class EndpointState:
+    """One endpoint's concurrency as the schedule holds it now (Scheduler.endpoint_state).
+    The adaptive fields are None unless its limit adapts; `backed_off_at` (epoch seconds)
+    is None before its first backoff."""
+
+    in_flight: int
+    max_in_flight: int
+    adaptive_limit: float | None = None
+    latency_ms: float | None = None
+    baseline_ms: float | None = None
+    backed_off_at: float | None = None
+
+
+@dataclass(frozen=True)
 class EndpointAnswers:
     """What one endpoint's answered requests said, summed over one `answered` call: the
     adaptive in-flight limit's signal. `overloaded` are answers that say the endpoint is

@@ -170,6 +170,22 @@ def test_stats_count_the_endpoints_recent_attempts(acme) -> None:
     assert hour["success_rate"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_stats_say_the_endpoints_concurrency_and_its_adaptive_limit(
+    acme, settings, adaptive
+) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = adaptive
+    endpoint = make_endpoint(acme, HOOK, max_in_flight=40)
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/stats"
+    api = Api(operator_token())
+    assert api.get(path).json()["concurrency"] is None  # nothing in the schedule yet
+    publish(acme, "order.created", {})
+    concurrency = api.get(path).json()["concurrency"]
+    assert (concurrency["in_flight"], concurrency["max_in_flight"]) == (0, 40)
+    assert concurrency["adaptive_limit"] == (4 if adaptive else None)  # a new limit starts low
+    assert concurrency["backed_off_at"] is None
+
+
 def test_another_tenants_endpoint_is_not_found_by_any_route(acme) -> None:
     other = make_tenant("other")
     theirs = make_endpoint(other, HOOK)

@@ -61,6 +61,21 @@ def test_scrape_shows_the_scheduler_after_a_known_scenario(client, scheduler_sha
     assert value(samples, "webhook_endpoint_max_in_flight", endpoint=str(loud_endpoint.pk)) == 1
 
 
+def test_an_adaptive_limit_is_scraped_for_busy_endpoints_whose_limit_adapts(client) -> None:
+    scheduler = get_scheduler()
+    adaptive, fixed = make_endpoint(None, max_in_flight=30), make_endpoint(None, max_in_flight=3)
+    scheduler.enqueue(
+        [Item(new_ulid(), None, adaptive.pk, max_in_flight=30, adaptive=True) for _ in range(9)]
+        + [Item(new_ulid(), None, fixed.pk, max_in_flight=3) for _ in range(9)]
+    )
+    assert len(scheduler.pick("w", 20).leases) == 4 + 3
+    samples = scrape(client)
+    assert value(samples, "webhook_endpoint_adaptive_limit", endpoint=str(adaptive.pk)) == 4
+    assert value(samples, "webhook_endpoint_max_in_flight", endpoint=str(adaptive.pk)) == 30
+    limited = {s.labels["endpoint"] for s in samples["webhook_endpoint_adaptive_limit"]}
+    assert limited == {str(adaptive.pk)}  # a fixed cap has no adaptive limit to show
+
+
 def test_series_stay_bounded_and_the_scrape_costs_a_fixed_number_of_redis_calls(
     client, settings
 ) -> None:

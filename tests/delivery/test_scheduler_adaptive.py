@@ -77,6 +77,10 @@ def test_an_overload_halves_it_once_per_round_trip_and_never_below_one(sched, cl
         clock.advance(0.2)
         sched.answered([], overload)
         assert limit_of(sched) == expected
+    state = sched.endpoint_state(1)
+    assert (state.adaptive_limit, state.max_in_flight, state.in_flight) == (1, 100, 4)
+    assert state.backed_off_at == pytest.approx(clock.now)
+    assert (state.latency_ms, state.baseline_ms) == (100, 100)
     assert len(sched.pick("w", 50).leases) == 0  # four still open, limit 1
 
 
@@ -121,6 +125,10 @@ def test_a_raised_limit_unparks_the_lanes_waiting_for_it(sched) -> None:
     check_invariants(sched)
 
 
+def test_an_endpoint_the_schedule_does_not_hold_has_no_state(sched) -> None:
+    assert sched.endpoint_state(99) is None
+
+
 def test_an_endpoint_without_adaptation_keeps_its_cap_whatever_it_answers(sched) -> None:
     sched.enqueue(batch(1, 1, 20, max_in_flight=5))
     leases = sched.pick("w", 20).leases
@@ -130,6 +138,8 @@ def test_an_endpoint_without_adaptation_keeps_its_cap_whatever_it_answers(sched)
     assert len(sched.pick("w", 20).leases) == 5
     (row,) = sched.snapshot().endpoints
     assert row.adaptive_limit is None
+    state = sched.endpoint_state(1)
+    assert (state.max_in_flight, state.adaptive_limit, state.latency_ms) == (5, None, None)
 
 
 def test_turning_it_off_restores_the_cap_and_on_again_starts_low(sched) -> None:

@@ -1,0 +1,17 @@
+-- endpoint_state.lua: one endpoint as the schedule holds it, for an operator's or an
+-- API's page: ENDPOINT_STATE.endpoint. Returns ENDPOINT_STATE_REPLY; every field false
+-- (nil) when the endpoint has nothing in the schedule, so no row.
+local e = ARGV[ENDPOINT_STATE.endpoint]
+local row = ENDPOINT_ROWS.of(e)
+if row.missing then return reply_of(ENDPOINT_STATE_REPLY, {}) end
+local values = {
+  in_flight = tostring(num(redis.call('ZSCORE', K_BUSY, e))),
+  max_in_flight = exact(row.m),
+}
+if row.al > 0 then
+  values.adaptive_limit = exact(row.al)
+  values.latency_ms = exact(row.lf)
+  values.baseline_ms = exact(row.lb)
+  if row.lt > 0 then values.backed_off_at = exact(row.lt) end
+end
+return reply_of(ENDPOINT_STATE_REPLY, values)
