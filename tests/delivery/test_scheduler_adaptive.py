@@ -6,8 +6,17 @@ clock for the once-per-round-trip rule."""
 
 import pytest
 
-from delivery.scheduler import EndpointAnswers, Scheduler, ShardedScheduler, shard_index
-from tests.scheduler_helpers import FakeClock, batch, check_invariants, endpoint_row
+from core.ids import new_ulid
+from delivery.scheduler import (
+    RETRY,
+    EndpointAnswers,
+    Item,
+    Lease,
+    Scheduler,
+    ShardedScheduler,
+    shard_index,
+)
+from tests.scheduler_helpers import T0, FakeClock, batch, check_invariants, endpoint_row
 
 
 def adaptive(n: int, endpoint: int = 1, tenant: int = 1, cap: int = 100) -> list:
@@ -93,13 +102,27 @@ def test_latency_past_its_tolerance_lowers_it_in_proportion(sched, clock) -> Non
     sched.answered(leases[:4], fast(4, ms=100))  # recent 50 + 0.8 x 50 = 90 ms
     row = endpoint_row(sched, 1)
     assert row["lf"] == pytest.approx(90)
-    baseline = 50 + 50 * 4 * 0.0002  # drifting toward slower answers, slowly
-    assert row["lb"] == pytest.approx(baseline)
-    assert row["al"] == pytest.approx(8 * baseline * 1.5 / 90)
+    assert row["lb"] == 50  # slower answers do not move the baseline
+    assert row["al"] == pytest.approx(8 * 50 * 1.5 / 90)
     # Within the tolerance it grows again, by a round trip's worth.
     clock.advance(1)
     sched.answered(leases[4:], fast(4, ms=50))
     assert limit_of(sched) > row["al"]
+
+
+def test_an_endpoint_slower_for_good_is_measured_again_at_a_limit_of_one(sched, clock) -> None:
+    sched.enqueue(adaptive(500))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(len(leases), ms=50))  # baseline 50 ms
+    limits = []
+    for _ in range(30):  # from now on it answers in 200 ms, however few are open
+        clock.advance(1)
+        leases = sched.pick("w", 50).leases
+        sched.answered(leases, fast(len(leases), ms=200))
+        limits.append(limit_of(sched))
+    assert min(limits) == 1  # backed off all the way: a queue cannot explain 4x
+    assert endpoint_row(sched, 1)["lb"] == 200  # at 1, the baseline is what it answers
+    assert limits[-1] > 1  # and within its new pace it grows again
 
 
 def test_an_unused_limit_does_not_grow_and_the_cap_bounds_it(sched) -> None:
@@ -180,3 +203,52 @@ def test_answers_reach_each_endpoints_own_shard(scheduler_conn) -> None:
     shards.answered(leases, [answer for e in endpoints for answer in fast(4, endpoint=e)])
     for e in endpoints:
         assert limit_of(shards.shard_for(e), e) == 8
+
+
+def test_a_recovering_endpoint_with_100000_retries_waiting_is_not_pushed_past_capacity(
+    sched, clock
+) -> None:
+    """An endpoint comes back from an outage with 100,000 retries queued for it. Its
+    server (modelled here, on the fake clock) takes C at once at full speed, slows past C
+    and answers 503 past 2C. The limit, backed off to 1 during the outage, grows by one
+    per round trip from there (no slow start after a backoff): the backlog leaves at the
+    pace the endpoint can take, with no second fall."""
+    capacity, service = 20, 0.1
+    retries = [Item(new_ulid(), 1, 1, 1, 1000, 1000, RETRY, adaptive=True) for _ in range(100_000)]
+    for start in range(0, len(retries), 5_000):
+        sched.enqueue(retries[start : start + 5_000])
+    # The outage: every answer an overload, until the limit is down to one.
+    while limit_of(sched) > 1:
+        leases = sched.pick("w", 1000).leases
+        clock.advance(0.2)
+        sched.answered(leases, [EndpointAnswers(1, overloaded=len(leases))])
+        sched.retry_later_many([(lease, clock.now + 3600) for lease in leases])
+    # Back up. Requests complete at their time; the worker answers and acks each batch.
+    open_requests: list[tuple[float, float, Lease]] = []  # (ends at, took, lease)
+    overloads, delivered_at, open_max = 0, [], 0
+    while clock.now < T0 + 120:
+        clock.advance(0.01)
+        ended = [request for request in open_requests if request[0] <= clock.now]
+        open_requests = [request for request in open_requests if request[0] > clock.now]
+        if ended:
+            took_ms = sum(1000 * took for _, took, _ in ended)
+            leases = [lease for _, _, lease in ended]
+            sched.answered(leases, [EndpointAnswers(1, ok=len(ended), latency_ms=took_ms)])
+            sched.ack(leases)
+            delivered_at += [clock.now] * len(ended)
+        for lease in sched.pick("w", 1000).leases:
+            n = len(open_requests) + 1
+            if n > 2 * capacity:
+                overloads += 1
+                sched.answered([lease], [EndpointAnswers(1, overloaded=1)])
+                sched.retry_later_many([(lease, clock.now + 3600)])
+                continue
+            took = service * max(1, n / capacity)
+            open_requests.append((clock.now + took, took, lease))
+            open_max = max(open_max, len(open_requests))
+    assert overloads == 0, "pushed past its capacity after the recovery"
+    assert open_max <= 2 * capacity
+    # And it gets there: the last 30 s at 0.8 of the capacity or more.
+    late = sum(1 for at in delivered_at if at > clock.now - 30)
+    assert late / 30 >= 0.8 * capacity / service
+    assert len(delivered_at) < 100_000  # at the endpoint's pace, not in one wave

@@ -276,11 +276,11 @@ end
 local ADAPTIVE_START = 4
 local LIMIT_BACKOFF = 0.5
 local LATENCY_TOLERANCE = 1.5
--- Each answer moves the recent latency this share of the way to its own; the baseline
--- follows a lower latency at once and a higher one by BASELINE_DRIFT per answer, so that
--- a sustained queue at the endpoint does not become its baseline within seconds.
+-- Each answer moves the recent latency this share of the way to its own. The baseline
+-- takes any lower latency at once, and a higher one only at a limit of 1, where no
+-- queue of ours can be in it: a baseline that drifted up with the latency it allows
+-- would let the limit climb past the capacity step by step.
 local RECENT_WEIGHT = 0.2
-local BASELINE_DRIFT = 0.0002
 -- The shortest round trip a backoff waits for (seconds): answers that were all overloads
 -- carry no latency to go by.
 local MIN_ROUND_TRIP = 0.05
@@ -305,8 +305,7 @@ local function adapt(row, ok, overloaded, latency_ms, open)
   local limit, rtt = row.al, row.lf
   if ok > 0 then
     local mean = latency_ms / ok
-    if row.lb <= 0 or mean < row.lb then row.lb = mean end
-    row.lb = row.lb + (mean - row.lb) * math.min(1, ok * BASELINE_DRIFT)
+    if row.lb <= 0 or mean < row.lb or limit <= 1 then row.lb = mean end
     if row.lf <= 0 then row.lf = mean end
     row.lf = row.lf + (mean - row.lf) * math.min(1, ok * RECENT_WEIGHT)
     rtt = math.max(rtt, row.lf)
