@@ -268,11 +268,12 @@ end
 -- Adaptive limits (docs/SCHEDULER.md, "Adaptive limits"). A new or rebuilt limit starts
 -- low, at ADAPTIVE_START, and grows like a slow start: by one per answer that was neither
 -- slow nor an overload, doubling per round trip, until the first time it went down. From
--- then on it grows by one per round trip's worth of answers (1/limit each). It goes down
+-- then on it grows by one per round trip's worth of answers (1/limit each). It backs off
 -- at most once per round trip: to LIMIT_BACKOFF of itself on an overload answer, and in
 -- proportion when the answers' recent latency passes LATENCY_TOLERANCE times its
--- baseline (never by more than the backoff). It grows only while in use (at least half
--- its requests open), and stays between 1 and the cap.
+-- baseline (never by more than the backoff); an overload later in the same round trip
+-- holds it at the requests still open. It grows only while in use (at least half its
+-- requests open), and stays between 1 and the cap.
 local ADAPTIVE_START = 4
 local LIMIT_BACKOFF = 0.5
 local LATENCY_TOLERANCE = 1.5
@@ -313,8 +314,15 @@ local function adapt(row, ok, overloaded, latency_ms, open)
   local ceiling = math.max(row.m, 1)
   local slow = row.lb > 0 and row.lf > row.lb * LATENCY_TOLERANCE
   if overloaded > 0 or slow then
-    -- Once per round trip: the answers of one window all say the same.
-    if NOW - row.lt < math.max(rtt / 1000, MIN_ROUND_TRIP) then return false end
+    -- Once per round trip: the answers of one window all say the same. But an overload
+    -- within it (a 503 comes back at once, and its freed slot would be filled at once)
+    -- holds the limit at the requests still open: none more into the wall until some end.
+    if NOW - row.lt < math.max(rtt / 1000, MIN_ROUND_TRIP) then
+      if overloaded > 0 then
+        row.al = math.max(1, math.min(limit, open - ok - overloaded))
+      end
+      return false
+    end
     local factor = LIMIT_BACKOFF
     if overloaded == 0 then
       factor = math.max(LIMIT_BACKOFF, row.lb * LATENCY_TOLERANCE / row.lf)
