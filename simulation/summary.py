@@ -216,7 +216,7 @@ def goals(scenario: str, rounds: list[dict[str, dict]]) -> list[dict[str, Any]]:
         if not per_round:
             continue
         known = [value for value in per_round if value is not None]
-        value = round(statistics.median(known), 2) if known else None
+        value = round(statistics.median(known), 4) if known else None
         met = (
             None
             if value is None
@@ -249,7 +249,7 @@ def _median(values: list[Any]) -> Any:
     if isinstance(first, int | float) and numbers:
         if all(isinstance(value, int) for value in numbers):
             return statistics.median_low(numbers)  # counts stay whole
-        return round(statistics.median(numbers), 2)
+        return round(statistics.median(numbers), 4)
     return first
 
 
