@@ -311,6 +311,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         r, keys = self.sched.connection, self.sched.keys
         row = endpoint_row(self.sched, e)
         m, rm, ri, rate = (row.get(name) for name in ("m", "rm", "ri", "rr"))
+        if row.get("al", 0) > 0:  # an adaptive limit under the cap is the one that binds
+            m = min(m, math.floor(row["al"]))
         free = int(m or 0) - int(r.zscore(keys.busy, e) or 0)
         if k == "r":
             free = min(free, int(rm or 0) - int(ri or 0))
