@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pycurl
 import redis
@@ -569,16 +569,15 @@ class DeliveryEngine:
 
 def _answers_by_endpoint(answers: Iterable[_Answer]) -> list[EndpointAnswers]:
     """One EndpointAnswers per endpoint: its requests' answers, summed."""
-    summed: dict[int, EndpointAnswers] = {}
+    summed: dict[int, list] = {}  # endpoint -> [ok, overloaded, latency_ms]
     for answer in answers:
-        was = summed.get(answer.endpoint_id) or EndpointAnswers(answer.endpoint_id)
+        counts = summed.setdefault(answer.endpoint_id, [0, 0, 0.0])
         if answer.overloaded:
-            summed[answer.endpoint_id] = replace(was, overloaded=was.overloaded + 1)
+            counts[1] += 1
         else:
-            summed[answer.endpoint_id] = replace(
-                was, ok=was.ok + 1, latency_ms=was.latency_ms + answer.latency_ms
-            )
-    return list(summed.values())
+            counts[0] += 1
+            counts[2] += answer.latency_ms
+    return [EndpointAnswers(e, ok, over, ms) for e, (ok, over, ms) in summed.items()]
 
 
 def _without_stop(items: list) -> tuple[list, bool]:

@@ -42,13 +42,13 @@ def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
     were loaded together, so two copies of one tenant or endpoint hold the same values."""
     lanes: dict[tuple, tuple] = {}
     items = []
+    adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
     for delivery in deliveries:
         pair = (delivery.tenant_id, delivery.endpoint_id)
         lane = lanes.get(pair)
         if lane is None:
             lane = lanes[pair] = _lane_of(delivery)
         tenant_id, endpoint_id, weight, caps, retry_caps, endpoint_rate, tenant_rate = lane
-        adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
         retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
         due_at = None
         if retrying and delivery.next_attempt_at:

@@ -165,13 +165,14 @@ class ShardedScheduler:
 
     def answered(self, leases: Sequence[Lease], answers: Sequence[EndpointAnswers] = ()) -> int:
         """Each shard its leases and its endpoints' answers, one round trip each."""
-        by_shard = self._grouped(answers, lambda answer: answer.endpoint_id)
         groups = self._grouped(leases, _endpoint)
-        for index in by_shard:
+        answers_of: dict[Scheduler, list[EndpointAnswers]] = {}
+        for index, group in self._grouped(answers, lambda answer: answer.endpoint_id).items():
             groups.setdefault(index, [])
+            answers_of[self.shards[index]] = group
 
         def call(shard: Scheduler, group: list[Lease]) -> int:
-            return shard.answered(group, by_shard.get(self.shards.index(shard), ()))
+            return shard.answered(group, answers_of.get(shard, ()))
 
         return sum(self._each(groups, call))
 

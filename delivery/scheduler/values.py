@@ -1,5 +1,6 @@
 """The values that cross the scheduler's face. Plain data: no Redis in here."""
 
+import math
 from dataclasses import dataclass, field
 
 FRESH = "fresh"
@@ -106,6 +107,14 @@ class EndpointRow:
     # The adaptive in-flight limit (under max_in_flight; requests open at once are its
     # whole part), None when the endpoint's limit is its cap alone.
     adaptive_limit: float | None = None
+
+    @property
+    def in_flight_limit(self) -> int:
+        """The requests it may have open at once: its cap, or its adaptive limit's whole
+        part under it (lua/lib.lua's in_flight_limit)."""
+        if self.adaptive_limit is None:
+            return self.max_in_flight
+        return min(self.max_in_flight, max(1, math.floor(self.adaptive_limit)))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
 import json
-import math
 import time
 from dataclasses import asdict
 
@@ -9,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from core import redis_connection
 from dashboards import status
-from delivery.scheduler import EndpointRow, Snapshot, get_scheduler
+from delivery.scheduler import Snapshot, get_scheduler
 from delivery.worker import heartbeats
 from tenants.models import Endpoint
 
@@ -98,7 +97,11 @@ class Command(BaseCommand):
                 f"{name[:32]:<32} {_age(row.oldest_age_seconds):>8} {row.fresh:>8} {row.retry:>7} "
                 f"{row.delayed:>8} {row.in_flight:>6} {row.weight:>6}  {label}"
             )
-        capped = [row for row in snapshot.endpoints if _limit(row) and row.in_flight >= _limit(row)]
+        capped = [
+            row
+            for row in snapshot.endpoints
+            if row.in_flight_limit and row.in_flight >= row.in_flight_limit
+        ]
         lines += ["", f"endpoints at their cap or adaptive limit: {len(capped)}"]
         urls = dict(
             Endpoint.objects.filter(pk__in=[r.endpoint_id for r in capped]).values_list("pk", "url")
@@ -110,18 +113,10 @@ class Command(BaseCommand):
                 else ""
             )
             lines.append(
-                f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{_limit(row)} "
+                f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{row.in_flight_limit} "
                 f"in flight{adaptive}, {row.parked_lanes} lanes waiting"
             )
         return "\n".join(lines) + "\n"
-
-
-def _limit(row: EndpointRow) -> int:
-    """The requests the endpoint may have open at once: its cap, or its adaptive limit's
-    whole part under it."""
-    if row.adaptive_limit is None:
-        return row.max_in_flight
-    return min(row.max_in_flight, max(1, math.floor(row.adaptive_limit)))
 
 
 def _workers() -> dict[str, float] | None:

@@ -50,9 +50,9 @@ if FIRST > SIGNALS then
     if row.al > 0 then
       local ok = tonumber(ARGV[i + ENDPOINT_ANSWERS.ok])
       local overloaded = tonumber(ARGV[i + ENDPOINT_ANSWERS.overloaded])
-      local open = num(busy[n]) + ok + overloaded
+      local latency_ms = tonumber(ARGV[i + ENDPOINT_ANSWERS.latency_ms])
       -- A raised limit is a freed slot too: lanes parked on e may go now.
-      local raised = adapt(row, ok, overloaded, tonumber(ARGV[i + ENDPOINT_ANSWERS.latency_ms]), open)
+      local raised = adapt(row, ok, overloaded, latency_ms, num(busy[n]))
       if raised and freed[#freed] ~= e then freed[#freed + 1] = e end
       ENDPOINT_ROWS.changed(e, row)
     end

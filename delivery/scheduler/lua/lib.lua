@@ -299,9 +299,9 @@ local function set_adaptive(row, adaptive)
 end
 
 -- One call's answers from e: `ok` answers that took `latency_ms` in all, `overloaded`
--- that said it was past its capacity. `open` is how many requests were open before they
--- ended. Returns whether the limit went up.
-local function adapt(row, ok, overloaded, latency_ms, open)
+-- that said it was past its capacity; `still_open`, its requests open after them.
+-- Returns whether the limit went up.
+local function adapt(row, ok, overloaded, latency_ms, still_open)
   if row.al <= 0 then return false end
   local limit, rtt = row.al, row.lf
   if ok > 0 then
@@ -319,7 +319,7 @@ local function adapt(row, ok, overloaded, latency_ms, open)
     -- holds the limit at the requests still open: none more into the wall until some end.
     if NOW - row.lt < math.max(rtt / 1000, MIN_ROUND_TRIP) then
       if overloaded > 0 then
-        row.al = math.max(1, math.min(limit, open - ok - overloaded))
+        row.al = math.max(1, math.min(limit, still_open))
       end
       return false
     end
@@ -330,7 +330,7 @@ local function adapt(row, ok, overloaded, latency_ms, open)
     row.al, row.lt = math.max(1, math.min(limit, ceiling) * factor), NOW
     return false
   end
-  if ok == 0 or open * 2 < limit then return false end
+  if ok == 0 or (still_open + ok + overloaded) * 2 < limit then return false end
   if row.lt == 0 then
     row.al = math.min(ceiling, limit + ok)
   else
