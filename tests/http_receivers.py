@@ -61,6 +61,9 @@ class RecordedRequest:
     headers: Message  # case-insensitive: headers["Webhook-Id"] == headers["webhook-id"]
     body: bytes
     arrived_at: float  # time.monotonic() once the whole request had been read
+    # The wall clock at the same moment, to compare with times the platform stored (which
+    # are wall-clock): adding a start-time offset to arrived_at breaks if the clock is set.
+    arrived_wall: float
     client_port: int  # equal ports across requests mean a reused (pooled) connection
 
     def json(self) -> Any:
@@ -195,6 +198,7 @@ class _RecordingHandler(BaseHTTPRequestHandler):
                 headers=self.headers,
                 body=body,
                 arrived_at=time.monotonic(),
+                arrived_wall=time.time(),
                 client_port=self.client_address[1],
             )
         )
