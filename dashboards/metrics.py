@@ -191,15 +191,24 @@ class ScheduleCollector(Collector):
             "adapts (DELIVERY_ADAPTIVE_CONCURRENCY).",
             labels=["endpoint"],
         )
+        budget = GaugeMetricFamily(
+            "webhook_endpoint_retry_budget",
+            "Retry tokens held (under one, its queued retries wait), top-N busiest endpoints "
+            "and those waiting for a token.",
+            labels=["endpoint"],
+        )
         for row in snapshot.endpoints:
             label = labels.get(row.endpoint_id, str(row.endpoint_id))
             in_flight.add_metric([label], row.in_flight)
             cap.add_metric([label], row.max_in_flight)
             if row.adaptive_limit is not None:
                 limit.add_metric([label], row.adaptive_limit)
+            if row.retry_budget is not None:
+                budget.add_metric([label], row.retry_budget)
         yield in_flight
         yield cap
         yield limit
+        yield budget
 
     def _database_metrics(self) -> Iterator[Metric]:
         fallback = CounterMetricFamily(

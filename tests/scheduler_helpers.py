@@ -160,7 +160,8 @@ def check_invariants(sched: Scheduler) -> Counter:
 
 
 TENANT_ROW = ("w", "rr", "f", "r", "d", "c", "u", "s")  # lua/lib.lua, `tenants`
-ENDPOINT_ROW = ("m", "rm", "ri", "rr", "al", "lf", "lb", "lt")  # lua/lib.lua, `endpoints`
+# lua/lib.lua, `endpoints`
+ENDPOINT_ROW = ("m", "rm", "ri", "rr", "al", "lf", "lb", "lt", "lp", "lw", "bt", "bs")
 
 
 def tenant_row(packed: bytes) -> dict[str, float]:
@@ -190,7 +191,7 @@ def _endpoint_of(lanes, leases, delayed, fifo, delivery_id) -> str:
     return next(m[2] for m in leases + delayed + fifo if m[0] == delivery_id)
 
 
-GLOBAL_KEYS = {"stats", "wake", "epoch:4"}
+GLOBAL_KEYS = {"stats", "wake", "epoch:5"}
 
 
 def assert_no_tenant_keys(sched: Scheduler) -> None:

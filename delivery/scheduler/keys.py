@@ -44,7 +44,7 @@ class Keys:
         # Versioned with the schedule's format: a schedule written in an older format
         # (whose counts mean something else) has no such key, so the first sweep after an
         # upgrade rebuilds it from the database.
-        self.epoch = self.prefix + "epoch:4"
+        self.epoch = self.prefix + "epoch:5"
         self.leases = self.prefix + "leases"
         self.delayed = self.prefix + "delayed"
         self.fifo = self.prefix + "fifo"

@@ -136,10 +136,14 @@ ENDPOINT_STATE_REPLY = Record(
     (
         "in_flight",
         "max_in_flight",
+        "retry_budget",  # tokens now (fractional)
+        "retry_budget_cap",
         "adaptive_limit",  # the rest: only while the endpoint's limit adapts
         "latency_ms",  # its answers' recent latency
         "baseline_ms",
         "backed_off_at",  # epoch seconds of its last backoff; none before the first
+        "backed_off_from",  # the limit before it
+        "backed_off_latency_ms",  # the recent latency that was too slow; none: an overload
     ),
     kind=REPLY,
 )

@@ -372,10 +372,14 @@ class Scheduler:
         return EndpointState(
             in_flight=int(number["in_flight"]),
             max_in_flight=int(number["max_in_flight"]),
+            retry_budget=number["retry_budget"] or 0.0,
+            retry_budget_cap=number["retry_budget_cap"] or 0.0,
             adaptive_limit=number["adaptive_limit"],
             latency_ms=number["latency_ms"],
             baseline_ms=number["baseline_ms"],
             backed_off_at=number["backed_off_at"],
+            backed_off_from=number["backed_off_from"],
+            backed_off_latency_ms=number["backed_off_latency_ms"],
         )
 
     def age_histogram(self, buckets: Sequence[float]) -> dict[float, int]:

@@ -71,6 +71,7 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
             paused_until=optional(row[7]),
             rate_limited=bool(row[8]),
             adaptive_limit=optional(row[9]),
+            retry_budget=optional(row[10]),
         )
         for row in endpoint_rows
     ]

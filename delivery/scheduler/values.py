@@ -33,14 +33,20 @@ class Item:
 class EndpointState:
     """One endpoint's concurrency as the schedule holds it now (Scheduler.endpoint_state).
     The adaptive fields are None unless its limit adapts; `backed_off_at` (epoch seconds)
-    is None before its first backoff."""
+    is None before its first backoff. `retry_budget`: the retry tokens it holds now, of
+    `retry_budget_cap` (a retry takes one; see docs/SCHEDULER.md, "Retry budgets")."""
 
     in_flight: int
     max_in_flight: int
+    retry_budget: float = 0.0
+    retry_budget_cap: float = 0.0
     adaptive_limit: float | None = None
     latency_ms: float | None = None
     baseline_ms: float | None = None
     backed_off_at: float | None = None
+    backed_off_from: float | None = None  # the limit before that backoff
+    # The recent latency that was too slow then; None when an overload answer was why.
+    backed_off_latency_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ class EndpointRow:
     # The adaptive in-flight limit (under max_in_flight; requests open at once are its
     # whole part), None when the endpoint's limit is its cap alone.
     adaptive_limit: float | None = None
+    # Retries it may be sent before one more is accepted (whole part; docs/SCHEDULER.md,
+    # "Retry budgets"); under one, its queued retries wait for a token.
+    retry_budget: float | None = None
 
     @property
     def in_flight_limit(self) -> int:

@@ -1,6 +1,7 @@
 """`manage.py lanes`: the schedule at a terminal, and as JSON for scripts."""
 
 import json
+import time
 from io import StringIO
 
 import pytest
@@ -83,3 +84,21 @@ def test_lanes_shows_an_endpoint_at_its_adaptive_limit_under_its_cap() -> None:
     assert "/fragile: 4/4 in flight (adaptive limit 4.0 of cap 50)" in table
     (row,) = json.loads(run("--json"))["endpoints"]
     assert row["adaptive_limit"] == 4 and row["max_in_flight"] == 50
+
+
+def test_lanes_shows_an_endpoint_whose_retries_wait_for_their_budget() -> None:
+    tenant = make_tenant("failing.example")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/failing", max_in_flight=1)
+    scheduler = get_scheduler()
+    scheduler.enqueue(
+        [Item(new_ulid(), tenant.pk, endpoint.pk, max_in_flight=1, lane="retry") for _ in range(5)]
+    )
+    for _ in range(2):  # two retries fail: the budget of twice the cap is spent
+        (lease,) = scheduler.pick("w", 10).leases
+        scheduler.retry_later_many([(lease, time.time() + 3600)])
+    assert scheduler.pick("w", 10).leases == []
+    table = run()
+    assert "endpoints whose retries wait for their retry budget: 1" in table
+    assert f"#{endpoint.pk}: 0.0 tokens, 1 lanes waiting" in table
+    (row,) = json.loads(run("--json"))["endpoints"]
+    assert row["retry_budget"] < 1

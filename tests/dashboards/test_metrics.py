@@ -174,3 +174,16 @@ def test_alert_rules_parse_and_name_only_exported_metrics_and_labels(client) -> 
         # a template names survives only if the expression groups by it.
         templated = set(re.findall(r"\$labels\.(\w+)", str(rule["annotations"])))
         assert templated <= grouped, (alert, templated - grouped)
+
+
+def test_an_endpoint_whose_retries_wait_for_their_budget_is_scraped(client) -> None:
+    scheduler = get_scheduler()
+    failing = make_endpoint(None, max_in_flight=1)
+    scheduler.enqueue(
+        [Item(new_ulid(), None, failing.pk, max_in_flight=1, lane="retry") for _ in range(5)]
+    )
+    for _ in range(2):
+        (lease,) = scheduler.pick("w", 10).leases
+        scheduler.retry_later_many([(lease, time.time() + 3600)])
+    samples = scrape(client)
+    assert value(samples, "webhook_endpoint_retry_budget", endpoint=str(failing.pk)) < 1

@@ -89,6 +89,7 @@ def test_an_overload_halves_it_once_per_round_trip_and_never_below_one(sched, cl
     state = sched.endpoint_state(1)
     assert (state.adaptive_limit, state.max_in_flight, state.in_flight) == (1, 100, 4)
     assert state.backed_off_at == pytest.approx(clock.now)
+    assert (state.backed_off_from, state.backed_off_latency_ms) == (1, None)  # an overload
     assert (state.latency_ms, state.baseline_ms) == (100, 100)
     assert len(sched.pick("w", 50).leases) == 0  # four still open, limit 1
 
@@ -104,6 +105,9 @@ def test_latency_past_its_tolerance_lowers_it_in_proportion(sched, clock) -> Non
     assert row["lf"] == pytest.approx(90)
     assert row["lb"] == 50  # slower answers do not move the baseline
     assert row["al"] == pytest.approx(8 * 50 * 1.5 / 90)
+    state = sched.endpoint_state(1)
+    assert state.backed_off_from == 8  # and why: the recent latency, too slow
+    assert state.backed_off_latency_ms == pytest.approx(90)
     # Within the tolerance it grows again, by a round trip's worth.
     clock.advance(1)
     sched.answered(leases[4:], fast(4, ms=50))

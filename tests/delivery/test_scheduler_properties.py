@@ -36,6 +36,7 @@ ENDPOINTS = (1, 2, 3)
 LEASE_SECONDS = 10
 ID_TIME = new_ulid()[:10]  # a ULID is 10 chars of time + 16 of anything unique
 RATES = (None, None, 0.5, 2, 5)
+RETRY_BUDGET_FLOOR = 1  # tokens a second: lua/lib.lua's
 
 
 def us(seconds: float) -> int:
@@ -315,7 +316,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             m = min(m, math.floor(row["al"]))
         free = int(m or 0) - int(r.zscore(keys.busy, e) or 0)
         if k == "r":
-            free = min(free, int(rm or 0) - int(ri or 0))
+            free = min(free, int(rm or 0) - int(ri or 0), math.floor(self._retry_budget(row, m)))
         now, hold = us(self.clock.now), r.zscore(keys.hold, e)
         if not rate:
             return free if hold is None or hold <= self.clock.now + 1e-6 else 0
@@ -324,6 +325,14 @@ class ScheduleMachine(RuleBasedStateMachine):
         if hold is not None:
             tat = max(tat, us(hold) + Bucket.tolerance(rate))
         return free if now + Bucket.tolerance(rate) - tat >= 0 else 0
+
+    def _retry_budget(self, row: dict, limit: float) -> float:
+        """The tokens of the endpoint's retry budget now, as lib.lua's retry_budget: twice
+        the in-flight limit when full (`bs` 0), else refilled by one a second since `bs`."""
+        cap = 2 * max(1, int(limit or 0))
+        if not row.get("bs"):
+            return cap
+        return min(cap, row["bt"] + (self.clock.now - row["bs"]) * RETRY_BUDGET_FLOOR)
 
     @invariant()
     def nothing_lost_or_duplicated(self):

@@ -82,7 +82,7 @@ def test_a_flood_runs_with_its_schedule_sharded_on_a_redis_cluster(
     client = redis_connection.connect(redis_cluster.url)
     tags = [SCHEDULE_TAG_BASE + i for i in range(3)]
     assert all(client.exists(f"wh-simulate:{{{tag}}}") for tag in tags)
-    assert client.exists(*(f"wh:{{{tag}}}:epoch:4" for tag in tags)) == 3
+    assert client.exists(*(f"wh:{{{tag}}}:epoch:5" for tag in tags)) == 3
 
 
 def test_a_schedule_the_simulation_did_not_write_is_not_cleared(redis_conn, settings) -> None:

@@ -116,7 +116,24 @@ class Command(BaseCommand):
                 f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{row.in_flight_limit} "
                 f"in flight{adaptive}, {row.parked_lanes} lanes waiting"
             )
+        lines += _budget_lines(snapshot)
         return "\n".join(lines) + "\n"
+
+
+def _budget_lines(snapshot) -> list[str]:
+    """Endpoints whose queued retries wait for their retry budget: the retries into them
+    failed, so more go only as the clock or accepted deliveries earn tokens."""
+    waiting = [
+        row
+        for row in snapshot.endpoints
+        if row.retry_budget is not None and row.retry_budget < 1 and row.parked_lanes
+    ]
+    lines = ["", f"endpoints whose retries wait for their retry budget: {len(waiting)}"]
+    for row in waiting:
+        lines.append(
+            f"  #{row.endpoint_id}: {row.retry_budget:.1f} tokens, {row.parked_lanes} lanes waiting"
+        )
+    return lines
 
 
 def _workers() -> dict[str, float] | None:

@@ -20,6 +20,11 @@ local was_answered = call_list('SMISMEMBER', K_ANSWERED, held)
 call_many('SREM', K_ANSWERED, held)
 
 local freed = {}
+-- Accepted (any outcome but a dead letter or a delivery held for a disabled endpoint):
+-- each endpoint's retry budget earns its share per delivery, and an accepted retry's own
+-- token back (see retry_budget in lib.lua).
+local outcome = ARGV[ACK.outcome]
+local earned = outcome ~= 'dead' and outcome ~= 'held' and tally()
 for i, member in ipairs(held) do
   local _, t, e, k = parse_lease(member)
   count_in('e' .. e, -1)
@@ -28,8 +33,29 @@ for i, member in ipairs(held) do
     give_back(e, k)
     if freed[#freed] ~= e then freed[#freed + 1] = e end
   end
+  if earned then
+    local by = earned.by[e]
+    if not by then earned.order[#earned.order + 1] = e end
+    by = (by or 0) + RETRY_BUDGET_SHARE
+    if k == 'r' then by = by + 1 end
+    earned.by[e] = by
+  end
 end
 give_back_done() -- before an endpoint's row may go: its retry slots' count lives there
+if earned and #earned.order > 0 then
+  ENDPOINT_ROWS.read(earned.order)
+  for _, e in ipairs(earned.order) do
+    local row = ENDPOINT_ROWS.of(e)
+    local before = retry_budget(row)
+    if not row.missing and change_retry_budget(row, earned.by[e]) then
+      ENDPOINT_ROWS.changed(e, row)
+      -- A new whole token: a retry lane parked for it may go.
+      if math.floor(retry_budget(row)) > math.floor(before) and freed[#freed] ~= e then
+        freed[#freed + 1] = e
+      end
+    end
+  end
+end
 -- A tenant or endpoint with nothing left anywhere in the schedule leaves no key behind.
 local tenants_gone, endpoints_gone = {}, {}
 for _, field in ipairs(write_counts()) do

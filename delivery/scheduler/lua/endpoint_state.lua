@@ -7,11 +7,17 @@ if row.missing then return reply_of(ENDPOINT_STATE_REPLY, {}) end
 local values = {
   in_flight = tostring(num(redis.call('ZSCORE', K_BUSY, e))),
   max_in_flight = exact(row.m),
+  retry_budget = exact(retry_budget(row)),
+  retry_budget_cap = exact(retry_budget_cap(row)),
 }
 if row.al > 0 then
   values.adaptive_limit = exact(row.al)
   values.latency_ms = exact(row.lf)
   values.baseline_ms = exact(row.lb)
-  if row.lt > 0 then values.backed_off_at = exact(row.lt) end
+  if row.lt > 0 then
+    values.backed_off_at = exact(row.lt)
+    values.backed_off_from = exact(row.lp)
+    if row.lw > 0 then values.backed_off_latency_ms = exact(row.lw) end
+  end
 end
 return reply_of(ENDPOINT_STATE_REPLY, values)

@@ -28,11 +28,14 @@
 --                     none). One field per tenant, so a call reads the rows of the
 --                     tenants it meets with one HMGET and writes them with one HSET
 --                     (row_store)
---   endpoints   HASH  e -> the endpoint's row, eight doubles (struct "<dddddddd"): m rm
---                     caps, ri live retry leases, rr rate per second (0 = unlimited); the
---                     adaptive limit (al, 0 = none: m alone bounds it), its answers'
---                     recent and baseline latency in ms (lf, lb) and when it last went
---                     down (lt, epoch s; 0 = never, so it still grows as in a slow start)
+--   endpoints   HASH  e -> the endpoint's row, twelve doubles (struct "<dddddddddddd"):
+--                     m rm caps, ri live retry leases, rr rate per second (0 = unlimited);
+--                     the adaptive limit (al, 0 = none: m alone bounds it), its answers'
+--                     recent and baseline latency in ms (lf, lb), when it last went down
+--                     (lt, epoch s; 0 = never, so it still grows as in a slow start), from
+--                     what (lp) and why (lw: the recent latency in ms that was too slow,
+--                     or -1 for an overload); its retry budget's tokens (bt) as they were
+--                     at bs (epoch s; 0 = a full budget)
 --   count       HASH  "t<t>" / "e<e>": the tenant's or endpoint's deliveries anywhere in
 --                     the schedule (queued, delayed or leased; a tenant's in flight is
 --                     count - f - r - d). Its row goes when this reaches 0. One hash for
@@ -246,16 +249,25 @@ end, function(row)
     '<dddddddd', row.w, row.rr, row.f, row.r, row.d, row.c, row.u, row.s or -1)
 end)
 
--- An endpoint's row: m, rm, ri, rr, al, lf, lb, lt (see `endpoints` above).
+-- An endpoint's row: m, rm, ri, rr, al, lf, lb, lt, lp, lw, bt, bs (see `endpoints`
+-- above).
 local ENDPOINT_ROWS = row_store(function(packed)
   if not packed then
-    return {m = 0, rm = 0, ri = 0, rr = 0, al = 0, lf = 0, lb = 0, lt = 0, missing = true}
+    return {
+      m = 0, rm = 0, ri = 0, rr = 0, al = 0, lf = 0, lb = 0, lt = 0, lp = 0, lw = 0, bt = 0,
+      bs = 0, missing = true,
+    }
   end
-  local m, rm, ri, rr, al, lf, lb, lt = struct.unpack('<dddddddd', packed)
-  return {m = m, rm = rm, ri = ri, rr = rr, al = al, lf = lf, lb = lb, lt = lt}
+  local m, rm, ri, rr, al, lf, lb, lt, lp, lw, bt, bs =
+    struct.unpack('<dddddddddddd', packed)
+  return {
+    m = m, rm = rm, ri = ri, rr = rr, al = al, lf = lf, lb = lb, lt = lt, lp = lp, lw = lw,
+    bt = bt, bs = bs,
+  }
 end, function(row)
   return struct.pack(
-    '<dddddddd', row.m, row.rm, row.ri, row.rr, row.al, row.lf, row.lb, row.lt)
+    '<dddddddddddd', row.m, row.rm, row.ri, row.rr, row.al, row.lf, row.lb, row.lt, row.lp,
+    row.lw, row.bt, row.bs)
 end)
 
 -- The requests an endpoint may have open at once: its cap, or under it its adaptive
@@ -290,7 +302,7 @@ local MIN_ROUND_TRIP = 0.05
 -- limit turned on starts low; one turned off is forgotten.
 local function set_adaptive(row, adaptive)
   if not adaptive then
-    row.al, row.lf, row.lb, row.lt = 0, 0, 0, 0
+    row.al, row.lf, row.lb, row.lt, row.lp, row.lw = 0, 0, 0, 0, 0, 0
   elseif row.al <= 0 then
     row.al = math.min(ADAPTIVE_START, math.max(row.m, 1))
   elseif row.al > row.m then
@@ -323,11 +335,13 @@ local function adapt(row, ok, overloaded, latency_ms, still_open)
       end
       return false
     end
-    local factor = LIMIT_BACKOFF
+    local factor, why = LIMIT_BACKOFF, -1
     if overloaded == 0 then
       factor = math.max(LIMIT_BACKOFF, row.lb * LATENCY_TOLERANCE / row.lf)
+      why = row.lf
     end
-    row.al, row.lt = math.max(1, math.min(limit, ceiling) * factor), NOW
+    row.lp, row.lw = math.min(limit, ceiling), why
+    row.al, row.lt = math.max(1, row.lp * factor), NOW
     return false
   end
   if ok == 0 or (still_open + ok + overloaded) * 2 < limit then return false end
@@ -337,6 +351,48 @@ local function adapt(row, ok, overloaded, latency_ms, still_open)
     row.al = math.min(ceiling, limit + ok / limit)
   end
   return row.al > limit
+end
+
+-- Retry budgets (docs/SCHEDULER.md, "Retry budgets"). Each retry an endpoint is sent
+-- takes a token from its budget; every delivery it accepts earns RETRY_BUDGET_SHARE of
+-- one, and an accepted retry its own token back as well; the budget also refills by
+-- RETRY_BUDGET_FLOOR a second, and holds at most twice the endpoint's in-flight limit (a
+-- token comes back when its retry is recorded, after the answer freed its slot: twice
+-- lets retries fill every slot while the last ones are being recorded). So the
+-- retries that fail are at most that share of what it accepted plus the floor, while
+-- retries that succeed go on at the pace of its limit: after an outage the backlog comes
+-- back growing by the share per round trip, not in one wave. A retry lane out of tokens
+-- waits as for a rate's token (no lease, no attempt), and fresh lanes go on.
+local RETRY_BUDGET_SHARE = 0.2
+local RETRY_BUDGET_FLOOR = 1 -- tokens per second
+
+-- The tokens e's budget holds now (fractional).
+local function retry_budget_cap(row) return 2 * math.max(1, in_flight_limit(row)) end
+local function retry_budget(row)
+  local cap = retry_budget_cap(row)
+  if row.bs <= 0 then return cap end
+  local tokens = row.bt + (NOW - row.bs) * RETRY_BUDGET_FLOOR
+  if tokens > cap then return cap end
+  return tokens
+end
+
+-- Add `by` tokens to e's budget (a retry sent: -1). A budget that is full and stays so
+-- is left as it is (a row that is not written).
+local function change_retry_budget(row, by)
+  local tokens = retry_budget(row)
+  if row.bs <= 0 and by >= 0 then return false end
+  tokens = tokens + by
+  if tokens >= retry_budget_cap(row) then
+    row.bt, row.bs = 0, 0
+  else
+    row.bt, row.bs = tokens, NOW
+  end
+  return true
+end
+
+-- When a budget holding `tokens` has its next whole one.
+local function retry_budget_due(tokens)
+  return NOW + (math.floor(tokens) + 1 - tokens) / RETRY_BUDGET_FLOOR
 end
 
 -- A ULID's first 10 Crockford base32 characters are its creation time in ms: the age of
@@ -463,30 +519,43 @@ local function endpoint_state(e)
   if known then return known end
   local row = ENDPOINT_ROWS.of(e)
   local state = {
-    m = in_flight_limit(row), rm = row.rm, ri = row.ri, rr = row.rr,
+    m = in_flight_limit(row), rm = row.rm, ri = row.ri, rr = row.rr, rb = retry_budget(row),
     busy = num(redis.call('ZSCORE', K_BUSY, e)),
   }
   if ENDPOINTS then ENDPOINTS[e] = state end
   return state
 end
 
+-- What e can take now: free slots (all, and retry), ready tokens of its rate or pause and
+-- the next one's due time, its rate and pause, and its retry budget's whole tokens.
 local function limits(e)
   local state = endpoint_state(e)
   local free = state.m - state.busy
   local rfree = state.rm - state.ri
   if free < rfree then rfree = free end
+  local budget = math.floor(state.rb)
   local rate = state.rr
   local hold = score_of(K_HOLD, e)
-  if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil end
+  if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil, budget end
   local tok, due = rates().tokens('e' .. e, rate, hold)
-  return free, rfree, tok, due, rate, hold
+  return free, rfree, tok, due, rate, hold, budget
 end
 
--- Free slots on endpoint e for a lane of kind k, the ready tokens, the next token's due
--- time (if none is ready), its rate and its pause.
+-- Free slots on endpoint e for a lane of kind k, the ready tokens (a retry lane's are
+-- also bounded by the retry budget), the next token's due time (if none is ready), its
+-- rate and its pause.
 local function capacity(e, k)
-  local free, rfree, tok, due, rate, hold = limits(e)
-  if k == 'r' then free = rfree end
+  local free, rfree, tok, due, rate, hold, budget = limits(e)
+  if k == 'r' then
+    free = rfree
+    if budget < tok then
+      tok = budget
+      if budget <= 0 then
+        local refill = retry_budget_due(endpoint_state(e).rb)
+        if not due or refill > due then due = refill end
+      end
+    end
+  end
   return free, tok, due, rate, hold
 end
 
@@ -646,12 +715,13 @@ local function grant(id, t, e, k, deadline, worker)
   if k == 'r' then
     local row = ENDPOINT_ROWS.of(e)
     row.ri = row.ri + 1
+    change_retry_budget(row, -1)
     ENDPOINT_ROWS.changed(e, row)
   end
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then
     known.busy = known.busy + 1
-    if k == 'r' then known.ri = known.ri + 1 end
+    if k == 'r' then known.ri, known.rb = known.ri + 1, known.rb - 1 end
     if not known.dirty then
       known.dirty = true
       BUSY_DIRTY[#BUSY_DIRTY + 1] = e
@@ -765,7 +835,7 @@ end
 -- Returns how many lanes it woke, and true as well when e has no parked lane at all.
 local function fill(e)
   if redis.call('EXISTS', park_key(e, 'f'), park_key(e, 'r')) == 0 then return 0, true end
-  local free, rfree, tok, due = limits(e)
+  local free, rfree, tok, due, _, _, budget = limits(e)
   if free > 0 and tok <= 0 then
     rates().await_token(e, due)
     return 0
@@ -774,7 +844,14 @@ local function fill(e)
   -- of scarce tokens (the tenant's retry credit chooses; the loser re-parks).
   local woken = 0
   if free > 0 then woken = unpark(e, 'f', math.min(free, tok)) end
-  if rfree > 0 then woken = woken + unpark(e, 'r', math.min(rfree, tok)) end
+  if rfree > 0 and budget <= 0 then
+    -- Slots, but no retry budget: parked retry lanes wait for its next token.
+    if redis.call('EXISTS', park_key(e, 'r')) == 1 then
+      rates().await_token(e, retry_budget_due(endpoint_state(e).rb))
+    end
+  elseif rfree > 0 then
+    woken = woken + unpark(e, 'r', math.min(rfree, tok, budget))
+  end
   return woken
 end
 

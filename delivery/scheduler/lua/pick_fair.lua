@@ -284,6 +284,14 @@ while #out < max_items and budget > 0 do
       n = n + 1
       local next_due = nil
       if rate > 0 then next_due = rates().take('e' .. e, rate, hold) end
+      if k == 'r' then
+        -- Its retry budget's last whole token: the next one may come later than the rate's.
+        local budget = endpoint_state(e).rb
+        if budget < 1 then
+          local refill = retry_budget_due(budget)
+          if not next_due or refill > next_due then next_due = refill end
+        end
+      end
       if trate > 0 then
         tdue = rates().take('t' .. t, trate)
         ttok = ttok - 1

@@ -63,11 +63,14 @@ local function endpoint_row(e, in_flight)
   if hold and hold <= NOW then hold = nil end
   local limited = 0
   if rates().tokens('e' .. e, num(cfg[4]), hold) <= 0 then limited = 1 end
-  local limit = ''
-  if not row.missing and row.al > 0 then limit = exact(row.al) end
+  local limit, budget = '', ''
+  if not row.missing then
+    if row.al > 0 then limit = exact(row.al) end
+    budget = exact(retry_budget(row))
+  end
   endpoints[#endpoints + 1] = {
     e, in_flight, cfg[1], cfg[2], cfg[3], parked, cfg[4] or '',
-    hold and string.format('%.6f', hold) or '', limited, limit,
+    hold and string.format('%.6f', hold) or '', limited, limit, budget,
   }
 end
 local busiest = redis.call('ZREVRANGE', K_BUSY, 0, top_n - 1, 'WITHSCORES')

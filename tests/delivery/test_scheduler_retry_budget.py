@@ -1,0 +1,144 @@
+"""Retry budgets: an endpoint's retries take tokens that only accepted deliveries and the
+clock give back, so retries into a failing endpoint wait (no lease, no attempt) while its
+fresh deliveries go on (lua/lib.lua's retry_budget; docs/SCHEDULER.md, "Retry budgets").
+
+Real Redis (the plain server, the cluster and Redis 6.2, as every scheduler test), a fake
+clock for the refill."""
+
+import pytest
+
+from core.ids import new_ulid
+from delivery.scheduler import RETRY, EndpointAnswers, Item, Lease, Scheduler
+from tests.scheduler_helpers import FakeClock, batch, check_invariants, endpoint_row
+
+CAP = 2  # in flight: the budget holds twice that
+
+
+def retries(n: int, tenant: int = 1, endpoint: int = 1) -> list[Item]:
+    return batch(tenant, endpoint, n, lane=RETRY, max_in_flight=CAP, retry_max_in_flight=CAP)
+
+
+def fresh(n: int, tenant: int = 1, endpoint: int = 1) -> list[Item]:
+    return batch(tenant, endpoint, n, max_in_flight=CAP, retry_max_in_flight=CAP)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sched(scheduler_conn, clock) -> Scheduler:
+    scheduler = Scheduler(scheduler_conn, clock=clock)
+    scheduler.clear()
+    return scheduler
+
+
+def fail(sched: Scheduler, clock: FakeClock, leases: list[Lease]) -> None:
+    """The attempts failed: each is retried an hour from now (out of the way)."""
+    sched.retry_later_many([(lease, clock.now + 3600) for lease in leases])
+
+
+def budget(sched: Scheduler, endpoint: int = 1) -> float:
+    state = sched.endpoint_state(endpoint)
+    assert state is not None
+    return state.retry_budget
+
+
+def test_retries_into_a_failing_endpoint_wait_for_tokens_without_a_lease(sched, clock) -> None:
+    sched.enqueue(retries(20))
+    assert budget(sched) == 2 * CAP  # a new endpoint's budget is full
+    failed = 0
+    for _ in range(2):
+        leases = sched.pick("w", 10).leases
+        assert len(leases) == CAP
+        fail(sched, clock, leases)
+        failed += len(leases)
+    # Slots are free, but the four tokens went on retries that failed: the rest wait.
+    pick = sched.pick("w", 10)
+    assert pick.leases == []
+    assert 0 < pick.wait_seconds <= 1  # until its next token, not the 5 s idle sleep
+    assert sched.snapshot().retry_depth == 20 - failed  # queued, not attempted
+    # One token a second.
+    clock.advance(1)
+    assert len(sched.pick("w", 10).leases) == 1
+    clock.advance(0.5)
+    assert sched.pick("w", 10).leases == []
+    check_invariants(sched)
+
+
+def test_fresh_deliveries_keep_the_lane_while_retries_wait(sched, clock) -> None:
+    sched.enqueue(retries(10))
+    for _ in range(2):
+        fail(sched, clock, sched.pick("w", 10).leases)
+    sched.enqueue(fresh(6))
+    got = []
+    for _ in range(3):
+        leases = sched.pick("w", 10).leases
+        got += [lease.lane for lease in leases]
+        sched.ack(leases, outcome="dead")  # fresh ones failing for good earn nothing
+    assert got == ["fresh"] * 6
+    assert sched.pick("w", 10).leases == []
+    check_invariants(sched)
+
+
+def test_accepted_deliveries_earn_a_fifth_and_an_accepted_retry_its_own_token(sched, clock) -> None:
+    sched.enqueue(retries(10))
+    for _ in range(2):
+        fail(sched, clock, sched.pick("w", 10).leases)
+    assert budget(sched) == 0
+    # Five fresh deliveries accepted: one retry's worth.
+    sched.enqueue(fresh(5))
+    for _ in range(5):
+        (lease,) = sched.pick("w", 1).leases
+        assert lease.lane == "fresh"
+        sched.ack([lease], outcome="delivered")
+    assert budget(sched) == pytest.approx(1.0)
+    (retry,) = sched.pick("w", 10).leases
+    assert retry.lane == "retry"
+    sched.ack([retry], outcome="delivered")  # its token back, and a fifth
+    assert budget(sched) == pytest.approx(1.2)
+    # An accepted one frees a parked retry lane at once: the next retry goes.
+    (retry,) = sched.pick("w", 10).leases
+    sched.ack([retry], outcome="held")  # the endpoint was disabled: nothing earned
+    assert budget(sched) == pytest.approx(0.2)
+    check_invariants(sched)
+
+
+def test_an_accepted_retry_wakes_another_tenants_retry_waiting_for_a_token(sched, clock) -> None:
+    sched.enqueue(retries(4, tenant=1) + retries(4, tenant=2))
+    for _ in range(2):
+        fail(sched, clock, sched.pick("w", 10).leases)
+    assert sched.pick("w", 10).leases == []  # both tenants' retry lanes wait
+    clock.advance(1)
+    (first,) = sched.pick("w", 10).leases
+    sched.ack([first], outcome="delivered")
+    (second,) = sched.pick("w", 10).leases
+    assert {first.tenant_id, second.tenant_id} == {1, 2}  # by turn, not by who came first
+    check_invariants(sched)
+
+
+def test_a_full_budget_holds_twice_the_limit_and_an_idle_endpoint_starts_full(sched, clock) -> None:
+    sched.enqueue(retries(1))
+    (lease,) = sched.pick("w", 10).leases
+    row = endpoint_row(sched, 1)
+    assert (row["bt"], row["bs"]) == (2 * CAP - 1, clock.now)
+    clock.advance(60)
+    assert budget(sched) == 2 * CAP  # refilled, and no more than full
+    sched.ack([lease])
+    assert endpoint_row(sched, 1) == {}  # nothing left: the row, and its budget, go
+    sched.enqueue(retries(1))
+    assert budget(sched) == 2 * CAP
+
+
+def test_the_budget_follows_an_adaptive_limit(sched, clock) -> None:
+    items = [Item(new_ulid(), 1, 1, 1, 100, 100, RETRY, adaptive=True) for _ in range(50)]
+    sched.enqueue(items)
+    assert sched.endpoint_state(1).retry_budget_cap == 8  # a new limit of 4
+    leases = sched.pick("w", 50).leases
+    assert len(leases) == 4
+    sched.answered(leases, [EndpointAnswers(1, ok=4, latency_ms=200)])
+    sched.ack(leases, outcome="delivered")
+    state = sched.endpoint_state(1)
+    assert (state.adaptive_limit, state.retry_budget_cap) == (8, 16)
+    assert state.retry_budget == pytest.approx(8 - 4 + 4 * 1.2)
