@@ -45,6 +45,7 @@ from tenants.models import AuditEntry, Endpoint, EndpointSecret, mask_secret
 API = AuditEntry.Via.API
 SETTINGS = (
     "max_in_flight",
+    "fixed_max_in_flight",
     "retry_max_in_flight",
     "rate_limit_per_second",
     "timeout_seconds",
@@ -53,6 +54,10 @@ SETTINGS = (
     "operational_events",
 )
 CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
+FIXED_HELP = (
+    "True: max_in_flight is the endpoint's limit even where the platform adapts limits "
+    "to how endpoints answer (DELIVERY_ADAPTIVE_CONCURRENCY)."
+)
 
 
 class EndpointOut(serializers.Serializer):
@@ -63,6 +68,7 @@ class EndpointOut(serializers.Serializer):
         child=serializers.CharField(), help_text="Types delivered; empty: every type."
     )
     max_in_flight = serializers.IntegerField()
+    fixed_max_in_flight = serializers.BooleanField(help_text=FIXED_HELP)
     retry_max_in_flight = serializers.IntegerField()
     rate_limit_per_second = serializers.FloatField(allow_null=True)
     timeout_seconds = serializers.IntegerField()
@@ -103,6 +109,7 @@ def endpoint_out(endpoint: Endpoint) -> dict:
         "description": endpoint.description,
         "event_types": endpoint.event_type_filter(),
         "max_in_flight": endpoint.max_in_flight,
+        "fixed_max_in_flight": endpoint.fixed_max_in_flight,
         "retry_max_in_flight": endpoint.retry_max_in_flight,
         "rate_limit_per_second": float(rate) if rate else None,
         "timeout_seconds": endpoint.timeout_seconds,
@@ -130,6 +137,7 @@ class EndpointChange(StrictSerializer):
         help_text="Types to deliver; empty: every type.",
     )
     max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    fixed_max_in_flight = serializers.BooleanField(required=False, help_text=FIXED_HELP)
     retry_max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     rate_limit_per_second = RoundedDecimalField(
         max_digits=9,
@@ -237,6 +245,12 @@ class ConcurrencyOut(serializers.Serializer):
     max_in_flight = serializers.IntegerField(
         help_text="Its cap; with an adaptive limit, the limit's ceiling."
     )
+    retry_budget = serializers.FloatField(
+        help_text="Retries it may be sent now before one more is accepted (the whole part): "
+        "each retry takes one, each accepted delivery earns a fifth, an accepted retry its "
+        "own back, and one more comes each second."
+    )
+    retry_budget_cap = serializers.FloatField(help_text="The most the retry budget holds.")
     adaptive_limit = serializers.FloatField(
         allow_null=True,
         help_text="Requests it may have open at once now (the whole part), found from how "
@@ -250,6 +264,14 @@ class ConcurrencyOut(serializers.Serializer):
     )
     backed_off_at = serializers.DateTimeField(
         allow_null=True, help_text="When the limit last went down (an overload or slow answers)."
+    )
+    backed_off_from = serializers.FloatField(
+        allow_null=True, help_text="The limit before it last went down."
+    )
+    backed_off_latency_ms = serializers.FloatField(
+        allow_null=True,
+        help_text="Why it last went down: the recent latency that was too slow against the "
+        "baseline; null when an overload answer (429, 503, a timeout, a refused connection) was.",
     )
 
 
@@ -298,12 +320,16 @@ def _concurrency_out(endpoint_id: int) -> dict | None:
     return {
         "in_flight": state.in_flight,
         "max_in_flight": state.max_in_flight,
+        "retry_budget": state.retry_budget,
+        "retry_budget_cap": state.retry_budget_cap,
         "adaptive_limit": state.adaptive_limit,
         "latency_ms": state.latency_ms,
         "baseline_ms": state.baseline_ms,
         "backed_off_at": datetime.fromtimestamp(backed_off, UTC).isoformat()
         if backed_off
         else None,
+        "backed_off_from": state.backed_off_from,
+        "backed_off_latency_ms": state.backed_off_latency_ms,
     }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from functools import wraps
 
+import redis
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import (
@@ -20,6 +21,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from dashboards import endpoint_actions as actions
@@ -31,7 +33,9 @@ from dashboards.endpoint_forms import (
     RotateForm,
 )
 from dashboards.endpoint_health import MAX_ATTEMPTS_READ, endpoint_health, health_of
+from dashboards.endpoint_pace import pace_lines
 from delivery.models import Attempt, Delivery
+from delivery.scheduler import get_scheduler
 from ingest.publish import PublishError
 from tenants.models import Endpoint, EndpointSecret, mask_secret
 
@@ -98,6 +102,16 @@ def endpoint_list(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     )
 
 
+def _pace(endpoint: Endpoint) -> list[str]:
+    """The schedule's view of its pace; nothing when Redis cannot say (the page's other
+    figures come from the database and stand)."""
+    try:
+        state = get_scheduler().endpoint_state(endpoint.pk)
+    except redis.RedisError:
+        return []
+    return pace_lines(state, timezone.now(), timezone.get_current_timezone())
+
+
 def _detail(
     request: HttpRequest,
     access: TenantAccess,
@@ -115,6 +129,7 @@ def _detail(
             "tenant": access.tenant,
             "endpoint": endpoint,
             "health": endpoint_health(endpoint.pk),
+            "pace": _pace(endpoint),
             "secrets": _secrets_listing(endpoint),
             "is_admin": admin,
             "form": form or (PortalEndpointForm(instance=endpoint) if admin else None),

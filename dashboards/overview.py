@@ -152,7 +152,7 @@ def endpoint_lines(
     capped = {
         r.endpoint_id: r
         for r in snapshot.endpoints
-        if (r.max_in_flight and r.in_flight >= r.max_in_flight)
+        if (r.in_flight_limit and r.in_flight >= r.in_flight_limit)
         or (r.rate_limited and r.parked_lanes > 0)
     }
     capped.update({endpoint_id: None for endpoint_id in holding if endpoint_id not in capped})

@@ -60,6 +60,10 @@ class EndpointFacts:
     enabled: bool = True
     in_flight: int = 0
     max_in_flight: int = 0
+    # Requests it may have open at once now: its cap, or its adaptive limit under it
+    # (0: the schedule holds nothing of it, so its cap)
+    limit: int = 0
+    adaptive: bool = False  # the limit adapts to how it answers (DELIVERY_ADAPTIVE_CONCURRENCY)
     parked_lanes: int = 0  # lanes waiting for a free slot: the cap is what holds them
     consecutive_failures: int = 0
     held: int = 0  # this tenant's deliveries kept while the endpoint is disabled
@@ -88,13 +92,17 @@ class EndpointFacts:
         )
 
     @property
+    def in_flight_limit(self) -> int:
+        return self.limit or self.max_in_flight
+
+    @property
     def at_cap(self) -> bool:
-        """Full, and work is parked behind the cap (a momentarily full endpoint with
-        nothing waiting holds nobody up)."""
+        """Full (at its cap or its adaptive limit), and work is parked behind it (a
+        momentarily full endpoint with nothing waiting holds nobody up)."""
         return (
             self.enabled
-            and self.max_in_flight > 0
-            and self.in_flight >= self.max_in_flight
+            and self.in_flight_limit > 0
+            and self.in_flight >= self.in_flight_limit
             and self.parked_lanes > 0
         )
 
@@ -433,6 +441,16 @@ def _say_failing(said: _Said) -> tuple[str, str]:
 def _say_at_cap(said: _Said) -> tuple[str, str]:
     # Judged over a window: this instant its slots may happen to be free.
     endpoint = next((e for e in said.facts.endpoints if e.at_cap), None) or busiest(said.facts)
+    if endpoint.adaptive and endpoint.in_flight_limit < endpoint.max_in_flight:
+        return (
+            "Your endpoint is at the pace it can take",
+            f"Your endpoint {endpoint.label} takes "
+            f"{count_phrase(endpoint.in_flight_limit, 'request')} at a time for now: a limit "
+            f"we find from how it answers (under its cap of {endpoint.max_in_flight}), "
+            f"lowered when its answers slow down or it says it is overloaded, raised while "
+            f"they stay fast. The rest of your events wait for a free slot instead of "
+            f"overloading it. They go out {said.pace}; {said.clears}. {said.safe}",
+        )
     return (
         "Your endpoint is at its concurrency limit",
         f"Your endpoint {endpoint.label} takes at most "
@@ -544,6 +562,8 @@ def live_endpoint_fields(row: EndpointRow | None) -> dict:
     paused = row.paused_until
     return {
         "in_flight": row.in_flight,
+        "limit": row.in_flight_limit,
+        "adaptive": row.adaptive_limit is not None,
         "parked_lanes": row.parked_lanes,
         "rate_per_second": row.rate_per_second,
         "paused_until": datetime.fromtimestamp(paused, UTC) if paused else None,

@@ -214,6 +214,11 @@ def _endpoint_json(endpoint: Endpoint, fact: pacing.EndpointFacts) -> dict[str, 
         state, text = "endpoint_wait", f"asked us to wait (Retry-After) until {until}"
     elif fact.failing:
         state, text = "failing", f"failing ({fact.consecutive_failures} in a row)"
+    elif fact.at_cap and fact.in_flight_limit < fact.max_in_flight:
+        state, text = (
+            "at_cap",
+            f"at its adaptive limit ({fact.in_flight_limit} of cap {fact.max_in_flight})",
+        )
     elif fact.at_cap:
         state, text = "at_cap", "at its concurrency cap"
     elif fact.at_rate:
@@ -227,6 +232,7 @@ def _endpoint_json(endpoint: Endpoint, fact: pacing.EndpointFacts) -> dict[str, 
         "state_text": text,
         "in_flight": fact.in_flight,
         "max_in_flight": fact.max_in_flight,
+        "limit": fact.in_flight_limit,
         "rate_limit_per_second": fact.rate_per_second,
         "paused_until": _iso(fact.paused_until),
         "consecutive_failures": fact.consecutive_failures,

@@ -94,6 +94,7 @@ class EndpointForm(forms.ModelForm):
             "description",
             "event_types",
             "max_in_flight",
+            "fixed_max_in_flight",
             "retry_max_in_flight",
             "rate_limit_per_second",
             "timeout_seconds",

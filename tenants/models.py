@@ -140,6 +140,14 @@ class Endpoint(models.Model):
         help_text="Concurrency cap: at most this many requests open to this endpoint at once. "
         "It bounds the workers a slow endpoint can hold.",
     )
+    fixed_max_in_flight = models.BooleanField(
+        "fixed cap",
+        default=False,
+        db_default=False,  # rows written by the code before it (a rolling upgrade)
+        help_text="Keep max in flight as this endpoint's limit even where the platform "
+        "adapts limits to how endpoints answer (DELIVERY_ADAPTIVE_CONCURRENCY): for a "
+        "receiver whose capacity is known.",
+    )
     rate_limit_per_second = models.DecimalField(
         max_digits=9,
         decimal_places=3,
@@ -221,6 +229,12 @@ class Endpoint(models.Model):
         self.generated_secret = None
         if creating and self.sign_requests:
             self.generated_secret = EndpointSecret.objects.create(endpoint=self).secret
+
+    @property
+    def adapts_concurrency(self) -> bool:
+        """Whether its in-flight limit adapts under max_in_flight (the platform's setting,
+        unless an operator fixed this endpoint's cap)."""
+        return settings.DELIVERY_ADAPTIVE_CONCURRENCY and not self.fixed_max_in_flight
 
     def effective_rate_per_second(self) -> float | None:
         """What the scheduler enforces; None = no rate limit."""

@@ -10,7 +10,6 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import redis
-from django.conf import settings
 from django.db import transaction
 
 from core import tracing
@@ -42,13 +41,14 @@ def items_for(deliveries: Iterable[Delivery]) -> list[Item]:
     were loaded together, so two copies of one tenant or endpoint hold the same values."""
     lanes: dict[tuple, tuple] = {}
     items = []
-    adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
     for delivery in deliveries:
         pair = (delivery.tenant_id, delivery.endpoint_id)
         lane = lanes.get(pair)
         if lane is None:
             lane = lanes[pair] = _lane_of(delivery)
-        tenant_id, endpoint_id, weight, caps, retry_caps, endpoint_rate, tenant_rate = lane
+        (tenant_id, endpoint_id, weight, caps, retry_caps, endpoint_rate, tenant_rate, adaptive) = (
+            lane
+        )
         retrying = delivery.status == Delivery.Status.RETRY_SCHEDULED
         due_at = None
         if retrying and delivery.next_attempt_at:
@@ -83,6 +83,7 @@ def _lane_of(delivery: Delivery) -> tuple:
         endpoint.effective_rate_per_second(),
         # The fallback lane (no tenant) has no tenant rate: it is many unknown senders.
         tenant.effective_rate_per_second() if tenant else None,
+        endpoint.adapts_concurrency,
     )
 
 

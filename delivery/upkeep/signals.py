@@ -8,7 +8,6 @@ weights, caps and rates) or by a rebuild.
 import logging
 
 import redis
-from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -52,7 +51,7 @@ def endpoint_saved(sender, instance: Endpoint, created: bool, **kwargs) -> None:
             max_in_flight=instance.max_in_flight,
             retry_max_in_flight=instance.retry_max_in_flight,
             rate_per_second=instance.effective_rate_per_second(),
-            adaptive=settings.DELIVERY_ADAPTIVE_CONCURRENCY,
+            adaptive=instance.adapts_concurrency,
         ),
         f"endpoint {instance.pk}",
     )

@@ -184,6 +184,8 @@ def test_stats_say_the_endpoints_concurrency_and_its_adaptive_limit(
     assert (concurrency["in_flight"], concurrency["max_in_flight"]) == (0, 40)
     assert concurrency["adaptive_limit"] == (4 if adaptive else None)  # a new limit starts low
     assert concurrency["backed_off_at"] is None
+    # A full retry budget: twice the limit that binds.
+    assert concurrency["retry_budget"] == concurrency["retry_budget_cap"] == (8 if adaptive else 80)
 
 
 def test_another_tenants_endpoint_is_not_found_by_any_route(acme) -> None:
@@ -239,3 +241,19 @@ def test_a_tenant_subscribes_an_endpoint_to_its_operational_events(acme, loopbac
     assert (changed["operational_events"], changed["send_trace_context"]) == (["*"], True)
     assert Endpoint.objects.get().operational_events == "*"
     assert api.patch(path, {"operational_events": []}).json()["operational_events"] == []
+
+
+def test_an_operator_fixes_an_endpoints_cap_through_the_api(acme, settings) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    endpoint = make_endpoint(acme, HOOK, max_in_flight=40)
+    path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
+    api = Api(operator_token())
+    assert api.get(path).json()["fixed_max_in_flight"] is False
+    answer = api.patch(path, {"fixed_max_in_flight": True})
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["fixed_max_in_flight"] is True
+    endpoint.refresh_from_db()
+    assert endpoint.fixed_max_in_flight and not endpoint.adapts_concurrency
+    publish(acme, "order.created", {})
+    concurrency = api.get(path + "/stats").json()["concurrency"]
+    assert concurrency["adaptive_limit"] is None  # fixed: its cap of 40 is its limit

@@ -1,5 +1,6 @@
 """The pacing status in words: one test per status, then the numbers people read."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -174,12 +175,24 @@ def test_live_endpoint_fields_come_from_the_snapshot_row() -> None:
     fields = pacing.live_endpoint_fields(row)
     assert fields == {
         "in_flight": 2,
+        "limit": 4,
+        "adaptive": False,
         "parked_lanes": 3,
         "rate_per_second": 5.0,
         "paused_until": NOW + timedelta(seconds=60),
         "rate_limited": True,
     }
     assert pacing.live_endpoint_fields(None) == {}
+    adaptive = pacing.live_endpoint_fields(replace(row, adaptive_limit=2.7))
+    assert (adaptive["limit"], adaptive["adaptive"]) == (2, True)  # its whole part binds
+
+
+def test_an_endpoint_at_its_adaptive_limit_under_its_cap_is_at_cap() -> None:
+    full = pacing.EndpointFacts(
+        label="x", in_flight=3, max_in_flight=40, limit=3, adaptive=True, parked_lanes=1
+    )
+    assert full.at_cap
+    assert not replace(full, limit=0).at_cap  # against the cap of 40 it had room
 
 
 def test_failing_endpoint_with_retries_waiting() -> None:

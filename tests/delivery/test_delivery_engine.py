@@ -454,6 +454,21 @@ def test_an_adaptive_limit_backs_off_on_503s_from_a_real_endpoint(engine, settin
         assert wait_until(lambda: _adaptive_limit(endpoint) == 1, timeout=10)
 
 
+def test_an_endpoint_with_a_fixed_cap_keeps_it_where_limits_adapt(settings) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    tenant = make_tenant("acme")
+    fixed = make_endpoint(tenant, "http://127.0.0.1:9/fixed", max_in_flight=20)
+    fixed.fixed_max_in_flight = True
+    fixed.save()
+    adapting = make_endpoint(tenant, "http://127.0.0.1:9/adapting", max_in_flight=20)
+    publish(tenant, "x", {})
+    assert _adaptive_limit(fixed) == 0  # its cap is its limit
+    assert _adaptive_limit(adapting) == 4
+    fixed.fixed_max_in_flight = False
+    fixed.save()  # the schedule learns at once: a limit turned on starts low
+    assert wait_until(lambda: _adaptive_limit(fixed) == 4, timeout=5)
+
+
 def test_an_adaptive_limit_grows_on_fast_answers_from_a_real_endpoint(engine, settings) -> None:
     settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
     with Recorder(Reply(200, delay=0.02)) as receiver:

@@ -89,7 +89,7 @@
         pill.textContent = e.state_text;
         state.appendChild(pill);
         tr.appendChild(state);
-        tr.appendChild(cell(e.in_flight + " / " + e.max_in_flight, "num"));
+        tr.appendChild(cell(e.in_flight + " / " + e.limit, "num"));
         tr.appendChild(cell(String(e.consecutive_failures), "num"));
         tr.appendChild(retryCell(e.next_retry_at, e.retries_due > 1 ? e.retries_due : e.retries_due === 1));
         return tr;

@@ -1,0 +1,58 @@
+"""One endpoint's pace in words, for its page: the requests it may have open at once
+(its adaptive limit or its cap), why the limit last moved, and its retry budget. Pure:
+the schedule's EndpointState in, sentences out (docs/SCHEDULER.md, "Adaptive limits"
+and "Retry budgets")."""
+
+import math
+from datetime import UTC, datetime, tzinfo
+
+from delivery.scheduler import EndpointState
+
+from .pacing import clock, count_phrase
+
+
+def pace_lines(state: EndpointState | None, now: datetime, tz: tzinfo | None) -> list[str]:
+    """Sentences a customer can read; one when the schedule holds nothing of it."""
+    if state is None:
+        return ["Nothing is queued or in flight for it now."]
+    cap = state.max_in_flight
+    adaptive = state.adaptive_limit is not None
+    limit = min(cap, max(1, math.floor(state.adaptive_limit))) if adaptive else cap
+    lines = [f"{state.in_flight} of {count_phrase(limit, 'request')} open at once now."]
+    if adaptive:
+        lines.append(
+            f"Its limit adapts to how it answers: {limit} now, under its cap of {cap}. "
+            + _last_move(state, now, tz)
+        )
+    else:
+        lines.append(f"Its cap of {cap} is fixed (set by the platform's operators).")
+    lines.append(_retry_budget(state))
+    return lines
+
+
+def _last_move(state: EndpointState, now: datetime, tz: tzinfo | None) -> str:
+    if state.backed_off_at is None:
+        return "It has not backed off: it grows while answers stay fast and successful."
+    at = clock(datetime.fromtimestamp(state.backed_off_at, UTC), now, tz)
+    moved = f"It last backed off at {at}"
+    if state.backed_off_from is not None:
+        moved = f"It last backed off from {state.backed_off_from:.0f} at {at}"
+    if state.backed_off_latency_ms is not None and state.baseline_ms:
+        return (
+            f"{moved}: its answers slowed to {state.backed_off_latency_ms:.0f} ms against "
+            f"its usual {state.baseline_ms:.0f} ms."
+        )
+    return f"{moved}: it answered 429 or 503, timed out or refused the connection."
+
+
+def _retry_budget(state: EndpointState) -> str:
+    tokens, cap = math.floor(state.retry_budget), math.floor(state.retry_budget_cap)
+    if tokens < 1:
+        return (
+            "Its retries wait for their budget: retries into it failed, so the next goes "
+            "in a second, or as soon as it accepts deliveries again. New events are not held."
+        )
+    return (
+        f"Retry budget: {tokens} of {cap}. Each retry takes one; each delivery it accepts "
+        f"earns a fifth of one, and a retry it accepts its own back."
+    )
