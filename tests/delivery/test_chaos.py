@@ -304,3 +304,44 @@ def test_load_every_event_delivered_exactly_once_and_no_lane_starves(
     )
     assert len(medians) == len(TENANTS)
     assert max(medians.values()) <= 3 * overall + 0.5  # no tenant's lane left behind
+
+
+def test_a_worker_killed_mid_run_leaves_the_adaptive_limit_in_the_schedule(
+    settings, workers
+) -> None:
+    """The limit lives in the scheduler, not in a worker (docs/SCHEDULER.md, "Adaptive
+    limits"): a worker killed while the limit is up leaves it where it was, and the next
+    worker goes on from it and delivers everything."""
+    from ingest.publish import publish
+    from tests.http_receivers import Reply
+    from tests.scheduler_helpers import endpoint_row
+
+    settings.ALLOW_PRIVATE_DESTINATIONS = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True  # this process enqueues
+    start, _ = workers
+    adaptive = {"DELIVERY_ADAPTIVE_CONCURRENCY": "1", "DELIVERY_CONCURRENCY": "32"}
+
+    def limit() -> float:
+        return endpoint_row(get_scheduler(), endpoint.pk).get("al", 0)
+
+    with Recorder(Reply(200, delay=0.2)) as receiver:
+        tenant = make_tenant("adaptive.example")
+        endpoint = make_endpoint(tenant, receiver.url, max_in_flight=40)
+        for i in range(600):
+            publish(tenant, "x", {"i": i})
+        assert limit() == 4  # a new limit starts low
+        first = start(**adaptive)
+        assert wait_until(lambda: limit() >= 16, timeout=30)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        kept = limit()
+        assert kept >= 16  # the crash changed nothing of it
+        time.sleep(1)
+        assert limit() == kept  # and nothing moves it while no worker answers
+        start(**adaptive)
+        assert wait_until(lambda: statuses() == {Delivery.Status.DELIVERED: 600}, timeout=90), (
+            statuses()
+        )
+    assert set(delivered_ids(receiver)) == {
+        str(event_id) for event_id in Delivery.objects.values_list("event_id", flat=True)
+    }
