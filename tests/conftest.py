@@ -161,6 +161,24 @@ def scheduler_conn(scheduler_redis_url: str) -> Iterator[redis_connection.Client
     client.close()
 
 
+@pytest.fixture
+def clock():
+    """A FakeClock for a scheduler's scripts (tests.scheduler_helpers)."""
+    from tests.scheduler_helpers import FakeClock
+
+    return FakeClock()
+
+
+@pytest.fixture
+def sched(scheduler_conn, clock):
+    """An empty scheduler on scheduler_conn whose scripts read `clock`."""
+    from delivery.scheduler import Scheduler
+
+    scheduler = Scheduler(scheduler_conn, clock=clock)
+    scheduler.clear()
+    return scheduler
+
+
 @pytest.fixture(params=[1, 3], ids=["one-shard", "three-shards"])
 def scheduler_shards(request: pytest.FixtureRequest, settings) -> Iterator[int]:
     """The test runs with the schedule in one shard, then split in three (same Redis):

@@ -16,7 +16,7 @@ from delivery.scheduler import (
     ShardedScheduler,
     shard_index,
 )
-from tests.scheduler_helpers import T0, FakeClock, batch, check_invariants, endpoint_row
+from tests.scheduler_helpers import T0, batch, check_invariants, endpoint_row
 
 
 def adaptive(n: int, endpoint: int = 1, tenant: int = 1, cap: int = 100) -> list:
@@ -29,18 +29,6 @@ def limit_of(sched: Scheduler, endpoint: int = 1) -> float:
 
 def fast(n: int, endpoint: int = 1, ms: float = 50) -> list[EndpointAnswers]:
     return [EndpointAnswers(endpoint, ok=n, latency_ms=n * ms)]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def sched(scheduler_conn, clock) -> Scheduler:
-    scheduler = Scheduler(scheduler_conn, clock=clock)
-    scheduler.clear()
-    return scheduler
 
 
 def test_a_new_adaptive_endpoint_starts_low_and_picks_keep_to_its_limit(sched) -> None:

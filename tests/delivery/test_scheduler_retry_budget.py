@@ -22,18 +22,6 @@ def fresh(n: int, tenant: int = 1, endpoint: int = 1) -> list[Item]:
     return batch(tenant, endpoint, n, max_in_flight=CAP, retry_max_in_flight=CAP)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def sched(scheduler_conn, clock) -> Scheduler:
-    scheduler = Scheduler(scheduler_conn, clock=clock)
-    scheduler.clear()
-    return scheduler
-
-
 def fail(sched: Scheduler, clock: FakeClock, leases: list[Lease]) -> None:
     """The attempts failed: each is retried an hour from now (out of the way)."""
     sched.retry_later_many([(lease, clock.now + 3600) for lease in leases])
