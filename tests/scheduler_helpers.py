@@ -159,7 +159,7 @@ def check_invariants(sched: Scheduler) -> Counter:
     return ids
 
 
-TENANT_ROW = ("w", "rr", "f", "r", "d", "c", "u", "s")  # lua/lib.lua, `tenants`
+TENANT_ROW = ("w", "rr", "f", "r", "d", "c", "u", "s", "bt", "bs")  # lua/lib.lua, `tenants`
 # lua/lib.lua, `endpoints`
 ENDPOINT_ROW = ("m", "rm", "ri", "rr", "al", "lf", "lb", "lt", "lp", "lw", "bt", "bs")
 

@@ -5,6 +5,8 @@ fresh deliveries go on (lua/lib.lua's retry_budget; docs/SCHEDULER.md, "Retry bu
 Real Redis (the plain server, the cluster and Redis 6.2, as every scheduler test), a fake
 clock for the refill."""
 
+from collections import Counter
+
 import pytest
 
 from core.ids import new_ulid
@@ -130,3 +132,57 @@ def test_the_budget_follows_an_adaptive_limit(sched, clock) -> None:
     state = sched.endpoint_state(1)
     assert (state.adaptive_limit, state.retry_budget_cap) == (8, 16)
     assert state.retry_budget == pytest.approx(8 - 4 + 4 * 1.2)
+
+
+def wide_retries(n: int, tenant: int, endpoints: range) -> list[Item]:
+    """n retries spread over endpoints with room enough that their own budgets never bind
+    before the tenant's does."""
+    return [
+        Item(new_ulid(), tenant, endpoints[i % len(endpoints)], 1, 1000, 1000, RETRY)
+        for i in range(n)
+    ]
+
+
+def test_a_tenants_failing_retries_over_many_endpoints_wait_for_its_own_budget(
+    sched, clock
+) -> None:
+    sched.enqueue(wide_retries(400, tenant=1, endpoints=range(1, 11)))
+    first = sched.pick("w", 1000).leases
+    assert len(first) == 200  # the tenant's budget, though each endpoint has room
+    fail(sched, clock, first)
+    pick = sched.pick("w", 1000)
+    assert pick.leases == []
+    assert 0 < pick.wait_seconds <= 0.1  # ten tokens a second
+    clock.advance(1)
+    assert len(sched.pick("w", 1000).leases) == 10
+    check_invariants(sched)
+
+
+def test_a_tenant_out_of_retry_tokens_still_sends_its_fresh_work_and_others_retries(
+    sched, clock
+) -> None:
+    sched.enqueue(wide_retries(300, tenant=1, endpoints=range(1, 11)))
+    fail(sched, clock, sched.pick("w", 1000).leases)
+    sched.enqueue(
+        [Item(new_ulid(), 1, 20, 1, 10, 10) for _ in range(5)]
+        + wide_retries(5, tenant=2, endpoints=range(30, 31))
+    )
+    # Tenant 1 sleeps until its next retry token (a tenth of a second), then its fresh
+    # work goes, and tenant 2's retries were never held.
+    assert Counter((lease.tenant_id, lease.lane) for lease in sched.pick("w", 1000).leases) == {
+        (2, "retry"): 5
+    }
+    clock.advance(0.1)
+    got = Counter((lease.tenant_id, lease.lane) for lease in sched.pick("w", 1000).leases)
+    assert got[(1, "fresh")] == 5 and got[(1, "retry")] <= 1
+    check_invariants(sched)
+
+
+def test_a_tenants_accepted_retries_earn_their_tokens_back(sched, clock) -> None:
+    sched.enqueue(wide_retries(300, tenant=1, endpoints=range(1, 11)))
+    leases = sched.pick("w", 1000).leases
+    assert len(leases) == 200
+    sched.ack(leases[:50], outcome="delivered")
+    fail(sched, clock, leases[50:])
+    assert len(sched.pick("w", 1000).leases) == 50  # the accepted ones' tokens
+    check_invariants(sched)

@@ -25,6 +25,7 @@ local freed = {}
 -- token back (see retry_budget in lib.lua).
 local outcome = ARGV[ACK.outcome]
 local earned = outcome ~= 'dead' and outcome ~= 'held' and tally()
+local tenants_earned = earned and tally() -- tenants' budgets: accepted retries alone
 for i, member in ipairs(held) do
   local _, t, e, k = parse_lease(member)
   count_in('e' .. e, -1)
@@ -37,11 +38,31 @@ for i, member in ipairs(held) do
     local by = earned.by[e]
     if not by then earned.order[#earned.order + 1] = e end
     by = (by or 0) + RETRY_BUDGET_SHARE
-    if k == 'r' then by = by + 1 end
+    if k == 'r' then
+      by = by + 1
+      if not tenants_earned.by[t] then tenants_earned.order[#tenants_earned.order + 1] = t end
+      tenants_earned.by[t] = (tenants_earned.by[t] or 0) + 1
+    end
     earned.by[e] = by
   end
 end
 give_back_done() -- before an endpoint's row may go: its retry slots' count lives there
+local tenants_woken = 0
+if tenants_earned and #tenants_earned.order > 0 then
+  TENANT_ROWS.read(tenants_earned.order)
+  for _, t in ipairs(tenants_earned.order) do
+    local row = TENANT_ROWS.of(t)
+    local before = tenant_retry_budget(row)
+    if not row.missing and change_tenant_retry_budget(row, tenants_earned.by[t]) then
+      TENANT_ROWS.changed(t, row)
+      -- A tenant asleep for want of a retry token has one now: it need not wait for the
+      -- refill's due time (one asleep for its rate finds none and sleeps again).
+      if before < 1 and MODE == 'fair' and is_asleep(t) then
+        tenants_woken = tenants_woken + rates().tenant_wake(t)
+      end
+    end
+  end
+end
 if earned and #earned.order > 0 then
   ENDPOINT_ROWS.read(earned.order)
   for _, e in ipairs(earned.order) do
@@ -75,5 +96,5 @@ if MODE == 'fair' then
 elseif redis.call('EXISTS', K_FIFO) == 1 then
   woken = #freed
 end
-wake(woken)
+wake(woken + tenants_woken)
 return lost

@@ -21,13 +21,14 @@
 --   vt          ZSET  unpaused tenants with a lane in a rotation, by virtual time of next turn
 --   head:t      ZSET  the tenant's non-empty lanes ("e:k"), by enqueue ms of their head
 --   age         ZSET  tenants with queued work, by enqueue ms of their oldest queued delivery
---   tenants     HASH  t -> the tenant's row, eight doubles (struct "<dddddddd"): w weight,
+--   tenants     HASH  t -> the tenant's row, ten doubles (struct "<dddddddddd"): w weight,
 --                     rr rate per second (0 = unlimited), f r d fresh/retry queued and
 --                     delayed counts, c retry credit (ppm), u used part of an unfinished
---                     turn, s virtual time kept while paused or asleep for its rate (-1 =
---                     none). One field per tenant, so a call reads the rows of the
---                     tenants it meets with one HMGET and writes them with one HSET
---                     (row_store)
+--                     turn, s virtual time kept while paused or asleep for its rate or
+--                     its retry budget (-1 = none), its retry budget's tokens (bt) as they
+--                     were at bs (epoch s; 0 = a full budget). One field per tenant, so a
+--                     call reads the rows of the tenants it meets with one HMGET and
+--                     writes them with one HSET (row_store)
 --   endpoints   HASH  e -> the endpoint's row, twelve doubles (struct "<dddddddddddd"):
 --                     m rm caps, ri live retry leases, rr rate per second (0 = unlimited);
 --                     the adaptive limit (al, 0 = none: m alone bounds it), its answers'
@@ -236,17 +237,21 @@ end
 -- is a C call, not a pattern match and a tonumber per field, several times cheaper
 -- (docs/SCHEDULER.md, "Redis work per delivery"). A value a row may lack (a tenant's
 -- saved virtual time) is -1 there.
--- A tenant's row: w, rr, f, r, d, c, u, s (see `tenants` above).
+-- A tenant's row: w, rr, f, r, d, c, u, s, bt, bs (see `tenants` above).
 local TENANT_ROWS = row_store(function(packed)
   if not packed then
-    return {w = 0, rr = 0, f = 0, r = 0, d = 0, c = 0, u = 0, s = nil, missing = true}
+    return {
+      w = 0, rr = 0, f = 0, r = 0, d = 0, c = 0, u = 0, s = nil, bt = 0, bs = 0,
+      missing = true,
+    }
   end
-  local w, rr, f, r, d, c, u, s = struct.unpack('<dddddddd', packed)
+  local w, rr, f, r, d, c, u, s, bt, bs = struct.unpack('<dddddddddd', packed)
   if s < 0 then s = nil end
-  return {w = w, rr = rr, f = f, r = r, d = d, c = c, u = u, s = s}
+  return {w = w, rr = rr, f = f, r = r, d = d, c = c, u = u, s = s, bt = bt, bs = bs}
 end, function(row)
   return struct.pack(
-    '<dddddddd', row.w, row.rr, row.f, row.r, row.d, row.c, row.u, row.s or -1)
+    '<dddddddddd', row.w, row.rr, row.f, row.r, row.d, row.c, row.u, row.s or -1, row.bt,
+    row.bs)
 end)
 
 -- An endpoint's row: m, rm, ri, rr, al, lf, lb, lt, lp, lw, bt, bs (see `endpoints`
@@ -366,23 +371,30 @@ end
 local RETRY_BUDGET_SHARE = 0.2
 local RETRY_BUDGET_FLOOR = 1 -- tokens per second
 
--- The tokens e's budget holds now (fractional).
-local function retry_budget_cap(row) return 2 * math.max(1, in_flight_limit(row)) end
-local function retry_budget(row)
-  local cap = retry_budget_cap(row)
+-- A tenant's retries have a budget of their own, over all its endpoints: TENANT_RETRY_FLOOR
+-- tokens a second, at most TENANT_RETRY_CAP, and an accepted retry's token back (no
+-- share of fresh deliveries: that would cost every ack a read of its tenants' rows). So a
+-- tenant's failing retries stay under the floor however many of its endpoints fail, and
+-- its succeeding ones pace themselves. Out of tokens with only retries to send, the
+-- tenant sleeps as for its rate (tenant_sleep) until the next token; with fresh work too,
+-- its turns go to the fresh lanes.
+local TENANT_RETRY_FLOOR = 10 -- tokens per second
+local TENANT_RETRY_CAP = 200
+
+-- The tokens a budget (`bt` as of `bs` in `row`; bs 0: full) holds now (fractional).
+local function budget_tokens(row, cap, floor)
   if row.bs <= 0 then return cap end
-  local tokens = row.bt + (NOW - row.bs) * RETRY_BUDGET_FLOOR
+  local tokens = row.bt + (NOW - row.bs) * floor
   if tokens > cap then return cap end
   return tokens
 end
 
--- Add `by` tokens to e's budget (a retry sent: -1). A budget that is full and stays so
--- is left as it is (a row that is not written).
-local function change_retry_budget(row, by)
-  local tokens = retry_budget(row)
+-- Add `by` tokens (a retry sent: -1). A budget that is full and stays so is left as it is
+-- (a row that is not written). Returns whether the row changed.
+local function change_budget(row, by, cap, floor)
   if row.bs <= 0 and by >= 0 then return false end
-  tokens = tokens + by
-  if tokens >= retry_budget_cap(row) then
+  local tokens = budget_tokens(row, cap, floor) + by
+  if tokens >= cap then
     row.bt, row.bs = 0, 0
   else
     row.bt, row.bs = tokens, NOW
@@ -391,9 +403,28 @@ local function change_retry_budget(row, by)
 end
 
 -- When a budget holding `tokens` has its next whole one.
-local function retry_budget_due(tokens)
-  return NOW + (math.floor(tokens) + 1 - tokens) / RETRY_BUDGET_FLOOR
+local function budget_due(tokens, floor)
+  return NOW + (math.floor(tokens) + 1 - tokens) / floor
 end
+
+local function retry_budget_cap(row) return 2 * math.max(1, in_flight_limit(row)) end
+-- The tokens e's budget holds now.
+local function retry_budget(row)
+  return budget_tokens(row, retry_budget_cap(row), RETRY_BUDGET_FLOOR)
+end
+local function change_retry_budget(row, by)
+  return change_budget(row, by, retry_budget_cap(row), RETRY_BUDGET_FLOOR)
+end
+local function retry_budget_due(tokens) return budget_due(tokens, RETRY_BUDGET_FLOOR) end
+
+-- The same for a tenant's row.
+local function tenant_retry_budget(row)
+  return budget_tokens(row, TENANT_RETRY_CAP, TENANT_RETRY_FLOOR)
+end
+local function change_tenant_retry_budget(row, by)
+  return change_budget(row, by, TENANT_RETRY_CAP, TENANT_RETRY_FLOOR)
+end
+local function tenant_retry_budget_due(tokens) return budget_due(tokens, TENANT_RETRY_FLOOR) end
 
 -- A ULID's first 10 Crockford base32 characters are its creation time in ms: the age of
 -- a lane's head costs no lookup.
@@ -717,6 +748,8 @@ local function grant(id, t, e, k, deadline, worker)
     row.ri = row.ri + 1
     change_retry_budget(row, -1)
     ENDPOINT_ROWS.changed(e, row)
+    local trow = TENANT_ROWS.of(t)
+    if change_tenant_retry_budget(trow, -1) then TENANT_ROWS.changed(t, trow) end
   end
   local known = ENDPOINTS and ENDPOINTS[e]
   if known then

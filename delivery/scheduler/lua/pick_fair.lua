@@ -260,9 +260,19 @@ while #out < max_items and budget > 0 do
     if row.f > 0 then rotations.f = rot_state(rot_key(t, 'f')).len end
     if row.r > 0 then rotations.r = rot_state(rot_key(t, 'r')).len end
   end
+  -- Only retries left, and the tenant's retry budget has no whole token: it sleeps.
+  local retries_wait = false
   while n < turn_size and #out < max_items and budget > 0 and ttok > 0 do
     local k, both = choose_kind(row.c, rotations)
     if not k then break end
+    if k == 'r' and tenant_retry_budget(row) < 1 then
+      -- Out of retry tokens: fresh lanes keep the turn (the credit stays for later).
+      if rotations.f == 0 then
+        retries_wait = true
+        break
+      end
+      k, both = 'f', false
+    end
     local rot = rot_key(t, k)
     local e = rot_head(rotations, k, rot)
     local free, tok, due, rate, hold = capacity(e, k)
@@ -341,13 +351,20 @@ while #out < max_items and budget > 0 do
   end
   if not rotating then
     vt_move_first(t, false)
-  elseif ttok <= 0 then
-    -- Out of tokens: leave the turn order until the next is due; others get its turns.
-    -- That un-parks lanes of other tenants and may bring tenants back into the order, so
-    -- everything held back is written first and read again after.
+  elseif ttok <= 0 or retries_wait then
+    -- Out of tokens (its rate's, or its retry budget's with only retries left): leave
+    -- the turn order until the next is due; others get its turns. That un-parks lanes of
+    -- other tenants and may bring tenants back into the order, so everything held back is
+    -- written first and read again after.
+    local due = nil
+    if ttok <= 0 then due = tdue end
+    if retries_wait then
+      local refill = tenant_retry_budget_due(tenant_retry_budget(row))
+      if not due or refill > due then due = refill end
+    end
     vt_move_first(t, false)
     vt_flush()
-    rates().tenant_sleep(t, keep, tdue)
+    rates().tenant_sleep(t, keep, due)
     vt_valid, rot_cache, last_t = false, {}, nil
     waited = waited + 1
   elseif n >= turn_size then
