@@ -47,36 +47,33 @@ for i, member in ipairs(held) do
   end
 end
 give_back_done() -- before an endpoint's row may go: its retry slots' count lives there
+-- Each id of `got` (a tally, rows in `store`) earns its tokens; `gained(id, before)` for
+-- those whose budget reached a new whole token.
+local function earn(store, got, budget, change, gained)
+  if not got or #got.order == 0 then return end
+  store.read(got.order)
+  for _, id in ipairs(got.order) do
+    local row = store.of(id)
+    local before = budget(row)
+    if not row.missing and change(row, got.by[id]) then
+      store.changed(id, row)
+      if math.floor(budget(row)) > math.floor(before) then gained(id, before) end
+    end
+  end
+end
 local tenants_woken = 0
-if tenants_earned and #tenants_earned.order > 0 then
-  TENANT_ROWS.read(tenants_earned.order)
-  for _, t in ipairs(tenants_earned.order) do
-    local row = TENANT_ROWS.of(t)
-    local before = tenant_retry_budget(row)
-    if not row.missing and change_tenant_retry_budget(row, tenants_earned.by[t]) then
-      TENANT_ROWS.changed(t, row)
-      -- A tenant asleep for want of a retry token has one now: it need not wait for the
-      -- refill's due time (one asleep for its rate finds none and sleeps again).
-      if before < 1 and MODE == 'fair' and is_asleep(t) then
-        tenants_woken = tenants_woken + rates().tenant_wake(t)
-      end
+earn(TENANT_ROWS, tenants_earned, tenant_retry_budget, change_tenant_retry_budget,
+  function(t, before)
+    -- A tenant asleep for want of a retry token has one now: it need not wait for the
+    -- refill's due time (one asleep for its rate finds none and sleeps again).
+    if before < 1 and MODE == 'fair' and is_asleep(t) then
+      tenants_woken = tenants_woken + rates().tenant_wake(t)
     end
-  end
-end
-if earned and #earned.order > 0 then
-  ENDPOINT_ROWS.read(earned.order)
-  for _, e in ipairs(earned.order) do
-    local row = ENDPOINT_ROWS.of(e)
-    local before = retry_budget(row)
-    if not row.missing and change_retry_budget(row, earned.by[e]) then
-      ENDPOINT_ROWS.changed(e, row)
-      -- A new whole token: a retry lane parked for it may go.
-      if math.floor(retry_budget(row)) > math.floor(before) and freed[#freed] ~= e then
-        freed[#freed + 1] = e
-      end
-    end
-  end
-end
+  end)
+-- A retry lane parked for an endpoint's new token may go.
+earn(ENDPOINT_ROWS, earned, retry_budget, change_retry_budget, function(e)
+  if freed[#freed] ~= e then freed[#freed + 1] = e end
+end)
 -- A tenant or endpoint with nothing left anywhere in the schedule leaves no key behind.
 local tenants_gone, endpoints_gone = {}, {}
 for _, field in ipairs(write_counts()) do
