@@ -18,11 +18,12 @@ STATUS_EVERY_SECONDS = 5.0
 # Short retries so that a retry, and a dead letter to replay, show within a minute.
 DEMO_RETRY_SCHEDULE = "2,4,8,16"
 DEMO_CONCURRENCY = "64"
-# charlie's broken endpoint fails about five times a second (a new event each second, each
-# tried five times). At the default of 100 it would be disabled ~35 s in, as its first
-# deliveries run out of retries: a race that could leave the demo without dead letters.
-# At 1,000 the dead letters come first (~30 s) and the automatic disable after ~3.5 min.
-DEMO_DISABLE_AFTER_FAILURES = "1000"
+# charlie's broken endpoint fails about twice a second: a new event each second, and its
+# retries at the pace of the endpoint's retry budget (one a second while nothing is
+# accepted). At the default of 100 it would be disabled within a minute, a race with its
+# first dead letters; at 400 the dead letters come first (~30 s) and the automatic
+# disable after ~3.5 min.
+DEMO_DISABLE_AFTER_FAILURES = "400"
 RQ_REPEAT_SECONDS = 1.1
 
 
@@ -154,7 +155,8 @@ class Command(BaseCommand):
         keys = dict(Tenant.objects.filter(pk__in=ids).values_list("pk", "key"))
         rows = {keys.get(row.tenant_id, "?"): row for row in snapshot.tenants}
         loud = rows.get(demo.LOUD_TENANT)
-        quiet = [rows[key].oldest_age_seconds for key in demo.QUIET_TENANTS[:3] if key in rows]
+        quiet = [rows[key].oldest_age_seconds for key in demo.QUIET_TENANTS[:2] if key in rows]
+        failing = rows.get(demo.QUIET_TENANTS[2])
         hung = rows.get(demo.QUIET_TENANTS[3])
         delivered = counters.get("delivered", 0)
         pace = ""
@@ -167,7 +169,8 @@ class Command(BaseCommand):
                 if loud
                 else " | big-shop none waiting"
             )
-            + f" | alpha/bravo/charlie oldest {max(quiet, default=0.0):.1f}s"
+            + f" | alpha/bravo oldest {max(quiet, default=0.0):.1f}s"
+            + f" | charlie's failing endpoint: {failing.retry + failing.delayed if failing else 0:,} retries waiting"
             + f" | delta (hangs) {hung.in_flight if hung else 0} in flight{_caps_of(demo.QUIET_TENANTS[3])}"
             + f" | retries {counters.get('retry', 0):,} | dead letters {counters.get('dead', 0):,}"
         )
