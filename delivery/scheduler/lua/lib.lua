@@ -558,31 +558,32 @@ local function endpoint_state(e)
 end
 
 -- What e can take now: free slots (all, and retry), ready tokens of its rate or pause and
--- the next one's due time, its rate and pause, and its retry budget's whole tokens.
+-- the next one's due time, its rate and pause, and its retry budget's tokens (fractional:
+-- whole ones may be spent, the rest says when the next is due).
 local function limits(e)
   local state = endpoint_state(e)
   local free = state.m - state.busy
   local rfree = state.rm - state.ri
   if free < rfree then rfree = free end
-  local budget = math.floor(state.rb)
   local rate = state.rr
   local hold = score_of(K_HOLD, e)
-  if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil, budget end
+  if rate <= 0 and not hold then return free, rfree, HUGE, nil, 0, nil, state.rb end
   local tok, due = rates().tokens('e' .. e, rate, hold)
-  return free, rfree, tok, due, rate, hold, budget
+  return free, rfree, tok, due, rate, hold, state.rb
 end
 
 -- Free slots on endpoint e for a lane of kind k, the ready tokens (a retry lane's are
 -- also bounded by the retry budget), the next token's due time (if none is ready), its
 -- rate and its pause.
 local function capacity(e, k)
-  local free, rfree, tok, due, rate, hold, budget = limits(e)
+  local free, rfree, tok, due, rate, hold, tokens = limits(e)
   if k == 'r' then
     free = rfree
+    local budget = math.floor(tokens)
     if budget < tok then
       tok = budget
       if budget <= 0 then
-        local refill = retry_budget_due(endpoint_state(e).rb)
+        local refill = retry_budget_due(tokens)
         if not due or refill > due then due = refill end
       end
     end
@@ -868,7 +869,8 @@ end
 -- Returns how many lanes it woke, and true as well when e has no parked lane at all.
 local function fill(e)
   if redis.call('EXISTS', park_key(e, 'f'), park_key(e, 'r')) == 0 then return 0, true end
-  local free, rfree, tok, due, _, _, budget = limits(e)
+  local free, rfree, tok, due, _, _, tokens = limits(e)
+  local budget = math.floor(tokens)
   if free > 0 and tok <= 0 then
     rates().await_token(e, due)
     return 0
@@ -880,7 +882,7 @@ local function fill(e)
   if rfree > 0 and budget <= 0 then
     -- Slots, but no retry budget: parked retry lanes wait for its next token.
     if redis.call('EXISTS', park_key(e, 'r')) == 1 then
-      rates().await_token(e, retry_budget_due(endpoint_state(e).rb))
+      rates().await_token(e, retry_budget_due(tokens))
     end
   elseif rfree > 0 then
     woken = woken + unpark(e, 'r', math.min(rfree, tok, budget))
