@@ -5,6 +5,7 @@ deliveries and enabling resumes them. A tenant's own token sets caps and rates o
 to what the operator allows tenants (API_TENANT_*); an operator token up to the model's
 bounds."""
 
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -54,6 +55,10 @@ SETTINGS = (
     "operational_events",
 )
 CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
+CAP_HELP = (
+    "Requests open to it at once at most; null: the platform's cap, or where limits "
+    "adapt to how endpoints answer, the platform's ceiling for them."
+)
 FIXED_HELP = (
     "True: max_in_flight is the endpoint's limit even where the platform adapts limits "
     "to how endpoints answer (DELIVERY_ADAPTIVE_CONCURRENCY)."
@@ -67,7 +72,10 @@ class EndpointOut(serializers.Serializer):
     event_types = serializers.ListField(
         child=serializers.CharField(), help_text="Types delivered; empty: every type."
     )
-    max_in_flight = serializers.IntegerField()
+    max_in_flight = serializers.IntegerField(allow_null=True, help_text=CAP_HELP)
+    in_flight_cap = serializers.IntegerField(
+        help_text="The cap that applies: max_in_flight, or when null the platform's."
+    )
     fixed_max_in_flight = serializers.BooleanField(help_text=FIXED_HELP)
     retry_max_in_flight = serializers.IntegerField()
     rate_limit_per_second = serializers.FloatField(allow_null=True)
@@ -109,6 +117,7 @@ def endpoint_out(endpoint: Endpoint) -> dict:
         "description": endpoint.description,
         "event_types": endpoint.event_type_filter(),
         "max_in_flight": endpoint.max_in_flight,
+        "in_flight_cap": endpoint.in_flight_cap,
         "fixed_max_in_flight": endpoint.fixed_max_in_flight,
         "retry_max_in_flight": endpoint.retry_max_in_flight,
         "rate_limit_per_second": float(rate) if rate else None,
@@ -136,7 +145,9 @@ class EndpointChange(StrictSerializer):
         required=False,
         help_text="Types to deliver; empty: every type.",
     )
-    max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    max_in_flight = serializers.IntegerField(
+        min_value=1, max_value=1000, allow_null=True, required=False, help_text=CAP_HELP
+    )
     fixed_max_in_flight = serializers.BooleanField(required=False, help_text=FIXED_HELP)
     retry_max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     rate_limit_per_second = RoundedDecimalField(
@@ -193,10 +204,15 @@ class EndpointChange(StrictSerializer):
                     # No limit at all is above any limit.
                     problems[name] = [f"At most {limit:g} for a tenant's token; not null."]
         current = self.context.get("endpoint")
-        cap = data.get("max_in_flight", current.max_in_flight if current else 2)
+        cap = Endpoint(
+            max_in_flight=data.get("max_in_flight", current.max_in_flight if current else None),
+            fixed_max_in_flight=data.get(
+                "fixed_max_in_flight", current.fixed_max_in_flight if current else False
+            ),
+        ).in_flight_cap
         retry_cap = data.get("retry_max_in_flight", current.retry_max_in_flight if current else 1)
         if retry_cap > cap:
-            problems["retry_max_in_flight"] = ["Cannot exceed max_in_flight."]
+            problems["retry_max_in_flight"] = [f"Cannot exceed the endpoint's cap ({cap})."]
         if problems:
             raise serializers.ValidationError(problems)
         return data
@@ -275,9 +291,23 @@ class ConcurrencyOut(serializers.Serializer):
     )
 
 
+class MinuteOut(serializers.Serializer):
+    attempts = serializers.IntegerField(help_text="Attempts started in the last minute.")
+    answered_429 = serializers.IntegerField()
+    answered_503 = serializers.IntegerField()
+    no_answer = serializers.IntegerField(
+        help_text="Attempts that got no answer: a timeout, a refused or reset connection."
+    )
+    capped = serializers.BooleanField(help_text="True: only the latest attempts were read.")
+
+
 class StatsOut(serializers.Serializer):
     hour = HealthWindowOut()
     day = HealthWindowOut()
+    last_minute = MinuteOut(
+        help_text="The answers that say it is past its capacity, which its adaptive limit "
+        "backs off on."
+    )
     concurrency = ConcurrencyOut(
         allow_null=True, help_text="Null when the schedule holds nothing for it now."
     )
@@ -525,6 +555,7 @@ class EndpointStats(APIView):
             {
                 "hour": _window_out(health.hour),
                 "day": _window_out(health.day),
+                "last_minute": asdict(health.minute),
                 "concurrency": _concurrency_out(endpoint.pk),
             }
         )

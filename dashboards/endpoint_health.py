@@ -1,5 +1,6 @@
 """Each endpoint's recent health on the tenant portal: success rate and attempt latency
-(p50, p95) over the last hour and the last day, from its Attempt rows.
+(p50, p95) over the last hour and the last day, and its overload answers in the last
+minute (what its adaptive limit backs off on), from its Attempt rows.
 
 One query per endpoint, a range of the (endpoint, started_at) index, and never more than
 MAX_ATTEMPTS_READ rows: a busy endpoint's day then reads as its latest attempts (the page
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from delivery.models import Attempt
 
+MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 MAX_ATTEMPTS_READ = 20_000
@@ -46,9 +48,27 @@ class WindowHealth:
 
 
 @dataclass(frozen=True)
+class MinuteAnswers:
+    """Attempts started in the last minute, and those that said the endpoint was past
+    its capacity: answered 429 or 503, or no answer at all (a timeout, a refused or
+    reset connection)."""
+
+    attempts: int = 0
+    answered_429: int = 0
+    answered_503: int = 0
+    no_answer: int = 0
+    capped: bool = False  # True: only the latest MAX_ATTEMPTS_READ attempts were read
+
+    @property
+    def overloaded(self) -> int:
+        return self.answered_429 + self.answered_503 + self.no_answer
+
+
+@dataclass(frozen=True)
 class EndpointHealth:
     hour: WindowHealth
     day: WindowHealth
+    minute: MinuteAnswers = MinuteAnswers()
 
 
 def percentile(sorted_values: list[int], fraction: float) -> int | None:
@@ -80,7 +100,24 @@ def recent_attempts(endpoint_id: int, now: datetime) -> QuerySet:
             endpoint_id=endpoint_id, started_at__gt=now - DAY, started_at__lte=now
         )
         .order_by("-started_at")
-        .values_list("started_at", "outcome", "duration_ms")[:MAX_ATTEMPTS_READ]
+        .values_list("started_at", "outcome", "duration_ms", "status_code")[:MAX_ATTEMPTS_READ]
+    )
+
+
+def minute_answers(rows: list[tuple], minute_start: datetime, capped: bool) -> MinuteAnswers:
+    """(started_at, outcome, duration_ms, status_code) rows, newest first -> the last
+    minute's answers. A request with no status that did not deliver got no answer."""
+    recent = [(outcome, status) for at, outcome, _, status in rows if at > minute_start]
+    return MinuteAnswers(
+        attempts=len(recent),
+        answered_429=sum(1 for _, status in recent if status == 429),
+        answered_503=sum(1 for _, status in recent if status == 503),
+        no_answer=sum(
+            1
+            for outcome, status in recent
+            if status is None and outcome != Attempt.Outcome.DELIVERED
+        ),
+        capped=capped and rows[-1][0] > minute_start,
     )
 
 
@@ -89,12 +126,13 @@ def endpoint_health(endpoint_id: int, now: datetime | None = None) -> EndpointHe
     rows = list(recent_attempts(endpoint_id, now))
     capped = len(rows) == MAX_ATTEMPTS_READ
     hour_start = now - HOUR
-    in_hour = [(outcome, ms) for at, outcome, ms in rows if at > hour_start]
+    in_hour = [(outcome, ms) for at, outcome, ms, _ in rows if at > hour_start]
     # The hour is complete unless even the oldest row read is inside it.
     hour_capped = capped and rows[-1][0] > hour_start
     return EndpointHealth(
         hour=summarize(in_hour, hour_capped),
-        day=summarize([(outcome, ms) for _, outcome, ms in rows], capped),
+        day=summarize([(outcome, ms) for _, outcome, ms, _ in rows], capped),
+        minute=minute_answers(rows, now - MINUTE, capped),
     )
 
 

@@ -1,6 +1,7 @@
 """One endpoint's pace in words, for its page: the requests it may have open at once
-(its adaptive limit or its cap), why the limit last moved, and its retry budget. Pure:
-the schedule's EndpointState in, sentences out (docs/SCHEDULER.md, "Adaptive limits"
+(its adaptive limit or its cap), why the limit last moved, its overload answers in the
+last minute, and its retry budget. Pure: the schedule's EndpointState and the minute's
+answers in, sentences out (docs/SCHEDULER.md, "Adaptive limits"
 and "Retry budgets")."""
 
 import math
@@ -8,13 +9,21 @@ from datetime import UTC, datetime, tzinfo
 
 from delivery.scheduler import EndpointState
 
+from .endpoint_health import MinuteAnswers
 from .pacing import clock, count_phrase
 
 
-def pace_lines(state: EndpointState | None, now: datetime, tz: tzinfo | None) -> list[str]:
-    """Sentences a customer can read; one when the schedule holds nothing of it."""
+def pace_lines(
+    state: EndpointState | None,
+    now: datetime,
+    tz: tzinfo | None,
+    minute: MinuteAnswers | None = None,
+) -> list[str]:
+    """Sentences a customer can read; with nothing of it in the schedule, that and the
+    minute's overload answers, if any."""
+    overloads = [_overloads(minute)] if minute and minute.overloaded else []
     if state is None:
-        return ["Nothing is queued or in flight for it now."]
+        return ["Nothing is queued or in flight for it now.", *overloads]
     cap = state.max_in_flight
     adaptive = state.adaptive_limit is not None
     limit = min(cap, max(1, math.floor(state.adaptive_limit))) if adaptive else cap
@@ -26,8 +35,27 @@ def pace_lines(state: EndpointState | None, now: datetime, tz: tzinfo | None) ->
         )
     else:
         lines.append(f"Its cap of {cap} is fixed (set by the platform's operators).")
+    lines += overloads
     lines.append(_retry_budget(state))
     return lines
+
+
+def _overloads(minute: MinuteAnswers) -> str:
+    """ "In the last minute, 37 of 120 attempts answered 503 and 2 got no answer (…)." """
+    parts = [
+        f"{minute.answered_503} answered 503" if minute.answered_503 else "",
+        f"{minute.answered_429} answered 429" if minute.answered_429 else "",
+        f"{minute.no_answer} got no answer (a timeout, a refused or reset connection)"
+        if minute.no_answer
+        else "",
+    ]
+    said = [part for part in parts if part]
+    listed = ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]
+    latest = " (its latest attempts read)" if minute.capped else ""
+    return (
+        f"In the last minute{latest}, {listed} of "
+        f"{count_phrase(minute.attempts, 'attempt')}: answers that say it is past its capacity."
+    )
 
 
 def _last_move(state: EndpointState, now: datetime, tz: tzinfo | None) -> str:

@@ -32,7 +32,12 @@ from dashboards.endpoint_forms import (
     PortalEndpointForm,
     RotateForm,
 )
-from dashboards.endpoint_health import MAX_ATTEMPTS_READ, endpoint_health, health_of
+from dashboards.endpoint_health import (
+    MAX_ATTEMPTS_READ,
+    MinuteAnswers,
+    endpoint_health,
+    health_of,
+)
 from dashboards.endpoint_pace import pace_lines
 from delivery.models import Attempt, Delivery
 from delivery.scheduler import get_scheduler
@@ -102,14 +107,14 @@ def endpoint_list(request: HttpRequest, access: TenantAccess) -> HttpResponse:
     )
 
 
-def _pace(endpoint: Endpoint) -> list[str]:
+def _pace(endpoint: Endpoint, minute: MinuteAnswers) -> list[str]:
     """The schedule's view of its pace; nothing when Redis cannot say (the page's other
     figures come from the database and stand)."""
     try:
         state = get_scheduler().endpoint_state(endpoint.pk)
     except redis.RedisError:
         return []
-    return pace_lines(state, timezone.now(), timezone.get_current_timezone())
+    return pace_lines(state, timezone.now(), timezone.get_current_timezone(), minute)
 
 
 def _detail(
@@ -121,6 +126,7 @@ def _detail(
     **extra: object,
 ) -> HttpResponse:
     admin = is_tenant_admin(request, access)
+    health = endpoint_health(endpoint.pk)
     return render(
         request,
         "dashboards/endpoint.html",
@@ -128,8 +134,8 @@ def _detail(
             "access": access,
             "tenant": access.tenant,
             "endpoint": endpoint,
-            "health": endpoint_health(endpoint.pk),
-            "pace": _pace(endpoint),
+            "health": health,
+            "pace": _pace(endpoint, health.minute),
             "secrets": _secrets_listing(endpoint),
             "is_admin": admin,
             "form": form or (PortalEndpointForm(instance=endpoint) if admin else None),

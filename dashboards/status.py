@@ -261,7 +261,7 @@ class _Reading:
         return pacing.EndpointFacts(
             label=self.label(endpoint),
             enabled=endpoint.enabled,
-            max_in_flight=endpoint.max_in_flight,
+            max_in_flight=endpoint.in_flight_cap,
             consecutive_failures=endpoint.consecutive_failures,
             held=self.held.get((key, endpoint.pk), 0),
             disabled_reason=endpoint.disabled_reason,

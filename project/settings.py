@@ -303,6 +303,11 @@ ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100
 # Each endpoint's in-flight limit adapts between 1 and its max_in_flight to how it answers
 # (docs/SCHEDULER.md, "Adaptive limits"); off: max_in_flight is the limit, fixed.
 DELIVERY_ADAPTIVE_CONCURRENCY = env_bool("DELIVERY_ADAPTIVE_CONCURRENCY", False)
+# The cap of an endpoint without one of its own (an empty max_in_flight): fixed, or, where
+# limits adapt, the ceiling its limit grows to. A receiver's capacity is unknown, so the
+# fixed one stays small; the adaptive limit starts low and backs off on its own.
+DELIVERY_MAX_IN_FLIGHT = env_int("DELIVERY_MAX_IN_FLIGHT", 2, minimum=1, maximum=1000)
+DELIVERY_ADAPTIVE_CEILING = env_int("DELIVERY_ADAPTIVE_CEILING", 64, minimum=1, maximum=1000)
 # Consecutive failures at which an endpoint counts as failing (operational event
 # endpoint.failing; endpoint.recovered at its next success).
 ENDPOINT_FAILING_AFTER_FAILURES = env_int("ENDPOINT_FAILING_AFTER_FAILURES", 5, minimum=1)

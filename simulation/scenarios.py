@@ -134,7 +134,12 @@ def _tenants(keys: list[str]) -> list[Tenant]:
 
 
 def _endpoints(
-    receiver: Receiver, tenants: list[Tenant], kinds: list[str], cap: int, retry_cap: int, **extra
+    receiver: Receiver,
+    tenants: list[Tenant],
+    kinds: list[str],
+    cap: int | None,
+    retry_cap: int,
+    **extra,
 ) -> list[Endpoint]:
     rows = [
         Endpoint(
@@ -260,14 +265,16 @@ def build_fragile_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]
     two thirds. Quiet tenants send steadily to healthy endpoints of their own, sharing
     the workers. The run is measured over its window and ends there: with a cap far
     under C, the backlog would take many times the window to drain. The adaptive run
-    leaves the fragile endpoint uncapped (its adaptive limit's ceiling only)."""
+    leaves the fragile endpoint without a cap of its own (the platform's ceiling only)."""
     rng = random.Random(o["seed"])
     cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
     if spec.adaptive:
-        cap = NO_CAP  # no per-endpoint configuration: the limit finds the capacity
+        # No per-endpoint configuration: the limit finds the capacity under the
+        # platform's ceiling (DELIVERY_ADAPTIVE_CEILING).
+        cap = None
     fragile, *quiet = _tenants(["fragile", *(f"quiet-{n:04d}" for n in range(o["tenants"]))])
     _endpoints(receiver, [fragile], ["fragile"], cap, retry_cap)
-    quiet_cap = 2 if spec.caps else NO_CAP  # the platform's default caps
+    quiet_cap = None if spec.caps else NO_CAP  # the platform's caps
     _endpoints(receiver, quiet, ["ok"] * len(quiet), quiet_cap, 1 if spec.caps else NO_CAP)
     seconds, capacity = o["seconds"], o["capacity"]
     plan = _steady(Sender(fragile, "fragile"), o["fragile_rate"], seconds, rng)

@@ -112,9 +112,13 @@ class EndpointForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        cap, retry_cap = cleaned.get("max_in_flight"), cleaned.get("retry_max_in_flight")
-        if cap and retry_cap and retry_cap > cap:
-            self.add_error("retry_max_in_flight", "Cannot exceed the endpoint's max in flight.")
+        retry_cap = cleaned.get("retry_max_in_flight")
+        cap = Endpoint(
+            max_in_flight=cleaned.get("max_in_flight"),
+            fixed_max_in_flight=cleaned.get("fixed_max_in_flight", False),
+        ).in_flight_cap
+        if retry_cap and retry_cap > cap:
+            self.add_error("retry_max_in_flight", f"Cannot exceed the endpoint's cap ({cap}).")
         return cleaned
 
 
@@ -136,7 +140,7 @@ class EndpointAdmin(admin.ModelAdmin):
         clipped("url", 48),
         "tenant",
         "enabled",
-        "max_in_flight",
+        "cap",
         "retry_max_in_flight",
         "sign_requests",
         "consecutive_failures",
@@ -157,6 +161,12 @@ class EndpointAdmin(admin.ModelAdmin):
     ]
     inlines = [EndpointSecretInline]
     actions = ["reenable_endpoints", "reveal_signing_secrets"]
+
+    @admin.display(description="max in flight", ordering="max_in_flight")
+    def cap(self, obj: Endpoint) -> str:
+        if obj.max_in_flight:
+            return str(obj.max_in_flight)
+        return f"{obj.in_flight_cap} (platform)"
 
     @admin.display(description="Deliveries")
     def deliveries_link(self, obj: Endpoint) -> str:

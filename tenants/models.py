@@ -135,10 +135,14 @@ class Endpoint(models.Model):
         help_text="Event types to deliver, separated by commas or new lines. Empty means all.",
     )
     max_in_flight = models.PositiveSmallIntegerField(
-        default=2,
+        null=True,
+        blank=True,
+        default=None,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
         help_text="Concurrency cap: at most this many requests open to this endpoint at once. "
-        "It bounds the workers a slow endpoint can hold.",
+        "It bounds the workers a slow endpoint can hold. Empty: the platform's cap "
+        "(DELIVERY_MAX_IN_FLIGHT), or where limits adapt to how endpoints answer, the "
+        "platform's ceiling for them (DELIVERY_ADAPTIVE_CEILING).",
     )
     fixed_max_in_flight = models.BooleanField(
         "fixed cap",
@@ -229,6 +233,16 @@ class Endpoint(models.Model):
         self.generated_secret = None
         if creating and self.sign_requests:
             self.generated_secret = EndpointSecret.objects.create(endpoint=self).secret
+
+    @property
+    def in_flight_cap(self) -> int:
+        """The most requests open to it at once: its own cap, or else the platform's (the
+        adaptive limit's ceiling where its limit adapts)."""
+        if self.max_in_flight:
+            return self.max_in_flight
+        if self.adapts_concurrency:
+            return settings.DELIVERY_ADAPTIVE_CEILING
+        return settings.DELIVERY_MAX_IN_FLIGHT
 
     @property
     def adapts_concurrency(self) -> bool:

@@ -78,7 +78,7 @@ def _lane_of(delivery: Delivery) -> tuple:
         tenant.pk if tenant else None,
         endpoint.pk,
         tenant.weight if tenant else 1,
-        endpoint.max_in_flight,
+        endpoint.in_flight_cap,
         endpoint.retry_max_in_flight,
         endpoint.effective_rate_per_second(),
         # The fallback lane (no tenant) has no tenant rate: it is many unknown senders.

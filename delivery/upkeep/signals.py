@@ -48,7 +48,7 @@ def endpoint_saved(sender, instance: Endpoint, created: bool, **kwargs) -> None:
     _after_commit(
         lambda: get_scheduler().set_endpoint(
             instance.pk,
-            max_in_flight=instance.max_in_flight,
+            max_in_flight=instance.in_flight_cap,
             retry_max_in_flight=instance.retry_max_in_flight,
             rate_per_second=instance.effective_rate_per_second(),
             adaptive=instance.adapts_concurrency,

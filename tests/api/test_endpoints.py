@@ -1,7 +1,10 @@
 """Endpoints through the API: the portal's rules (SSRF check, audit, held deliveries
 resume), caps within what a tenant may set, secrets shown once and masked after."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from delivery.models import Attempt, Delivery
 from delivery.scheduler import get_scheduler
@@ -158,16 +161,37 @@ def test_stats_count_the_endpoints_recent_attempts(acme) -> None:
     endpoint = make_endpoint(acme, HOOK)
     publish(acme, "order.created", {})
     delivery = Delivery.objects.get()
-    for number, (outcome, ms) in enumerate(
-        [("delivered", 10), ("delivered", 30), ("retry", 200)], start=1
+    two_minutes_ago = timezone.now() - timedelta(minutes=2)
+    for number, (outcome, ms, status, started) in enumerate(
+        [
+            ("delivered", 10, 200, None),
+            ("delivered", 30, 200, None),
+            ("retry", 200, 503, None),
+            ("retry", 5, None, None),  # no answer: a refused connection
+            ("retry", 5, 429, two_minutes_ago),  # in the hour, not the minute
+        ],
+        start=1,
     ):
         Attempt.objects.create(
-            delivery=delivery, endpoint=endpoint, number=number, outcome=outcome, duration_ms=ms
+            delivery=delivery,
+            endpoint=endpoint,
+            number=number,
+            outcome=outcome,
+            duration_ms=ms,
+            status_code=status,
+            started_at=started or timezone.now(),
         )
     stats = Api(operator_token()).get(f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/stats")
     hour = stats.json()["hour"]
-    assert (hour["attempts"], hour["delivered"], hour["p50_ms"], hour["p95_ms"]) == (3, 2, 30, 200)
-    assert hour["success_rate"] == pytest.approx(2 / 3)
+    assert (hour["attempts"], hour["delivered"], hour["p50_ms"], hour["p95_ms"]) == (5, 2, 10, 200)
+    assert hour["success_rate"] == pytest.approx(2 / 5)
+    assert stats.json()["last_minute"] == {
+        "attempts": 4,
+        "answered_429": 0,
+        "answered_503": 1,
+        "no_answer": 1,
+        "capped": False,
+    }
 
 
 @pytest.mark.parametrize("adaptive", [True, False])
@@ -257,3 +281,24 @@ def test_an_operator_fixes_an_endpoints_cap_through_the_api(acme, settings) -> N
     publish(acme, "order.created", {})
     concurrency = api.get(path + "/stats").json()["concurrency"]
     assert concurrency["adaptive_limit"] is None  # fixed: its cap of 40 is its limit
+
+
+def test_an_endpoint_without_a_cap_of_its_own_says_the_platforms(
+    acme, loopback_allowed, settings
+) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CEILING, settings.DELIVERY_MAX_IN_FLIGHT = 48, 2
+    api = Api(operator_token())
+    made = api.post("/api/v1/tenants/acme/endpoints", {"url": HOOK})
+    assert made.status_code == 201, made.json()
+    assert (made.json()["max_in_flight"], made.json()["in_flight_cap"]) == (None, 48)
+    path = f"/api/v1/tenants/acme/endpoints/{made.json()['id']}"
+    fixed = api.patch(path, {"fixed_max_in_flight": True}).json()
+    assert (fixed["max_in_flight"], fixed["in_flight_cap"]) == (None, 2)  # fixed: no ceiling
+    own = api.patch(path, {"max_in_flight": 30}).json()
+    assert (own["max_in_flight"], own["in_flight_cap"]) == (30, 30)
+    cleared = api.patch(path, {"max_in_flight": None, "retry_max_in_flight": 3})
+    assert cleared.status_code == 422  # over the platform's fixed cap of 2 that now applies
+    assert "cap (2)" in cleared.json()["errors"][0]["detail"]
+    assert Endpoint.objects.get().max_in_flight == 30  # nothing of a refused change stays
+    assert api.patch(path, {"max_in_flight": None}).json()["in_flight_cap"] == 2

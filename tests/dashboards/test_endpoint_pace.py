@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
+from dashboards.endpoint_health import MinuteAnswers
 from dashboards.endpoint_pace import pace_lines
+from delivery.models import Attempt, Delivery
 from delivery.scheduler import EndpointState, get_scheduler
 from ingest.publish import publish
 from tenants.models import Membership
@@ -72,6 +74,24 @@ def test_retries_out_of_budget_say_they_wait_and_new_events_do_not() -> None:
     assert "New events are not held." in lines[2]
 
 
+def test_the_last_minutes_overload_answers_say_why_it_backs_off() -> None:
+    minute = MinuteAnswers(attempts=120, answered_503=37, answered_429=4, no_answer=2)
+    lines = pace_lines(state(adaptive_limit=12), NOW, UTC, minute)
+    assert lines[2] == (
+        "In the last minute, 37 answered 503, 4 answered 429 and 2 got no answer (a timeout, "
+        "a refused or reset connection) of 120 attempts: answers that say it is past its "
+        "capacity."
+    )
+    assert lines[3].startswith("Retry budget")
+    only = pace_lines(None, NOW, UTC, MinuteAnswers(attempts=9, answered_429=1, capped=True))
+    assert only[1] == (
+        "In the last minute (its latest attempts read), 1 answered 429 of 9 attempts: answers "
+        "that say it is past its capacity."
+    )
+    # A minute of good answers adds nothing.
+    assert len(pace_lines(state(), NOW, UTC, MinuteAnswers(attempts=50))) == 3
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_endpoint_page_shows_its_pace_from_the_schedule(client, settings) -> None:
     settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
@@ -86,3 +106,12 @@ def test_the_endpoint_page_shows_its_pace_from_the_schedule(client, settings) ->
     assert "1 of 4 requests open at once now." in html
     assert "Its limit adapts to how it answers: 4 now, under its cap of 20." in html
     assert "Retry budget: 8 of 8." in html
+    Attempt.objects.create(
+        delivery=Delivery.objects.get(),
+        endpoint=endpoint,
+        number=1,
+        outcome="retry",
+        status_code=503,
+    )
+    html = client.get(page).content.decode()
+    assert "In the last minute, 1 answered 503 of 1 attempt:" in html

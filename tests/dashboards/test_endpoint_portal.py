@@ -203,7 +203,8 @@ def test_an_admin_adds_an_endpoint_with_the_admins_ssrf_rules(client, settings, 
     )
     assert made.redirect_chain[0][1] == 303 and made.status_code == 200
     endpoint = Endpoint.objects.get(url=PUBLIC_URL)
-    assert endpoint.tenant == shop["a"] and endpoint.max_in_flight == 2
+    assert endpoint.tenant == shop["a"] and endpoint.max_in_flight is None
+    assert endpoint.in_flight_cap == 2  # the platform's
     assert endpoint.event_types == "order.created, order.paid"
     secret = endpoint.secrets.get().secret
     assert secret in made.content.decode()  # shown once, on the page the POST leads to
@@ -242,7 +243,7 @@ def test_an_admin_edits_url_description_and_filter_and_it_is_audited(client, set
     assert response.status_code == 302
     ep = Endpoint.objects.get(pk=shop["ep"].pk)
     assert (ep.url, ep.description, ep.event_types) == (PUBLIC_URL, "renamed", "order.paid")
-    assert ep.max_in_flight == 2 and ep.rate_limit_per_second is None
+    assert ep.max_in_flight is None and ep.rate_limit_per_second is None  # unchanged
     assert not ep.accepts("order.created") and ep.accepts("order.paid")
     entry = AuditEntry.objects.get(action=Action.ENDPOINT_CHANGED)
     assert entry.detail == {

@@ -469,6 +469,23 @@ def test_an_endpoint_with_a_fixed_cap_keeps_it_where_limits_adapt(settings) -> N
     assert wait_until(lambda: _adaptive_limit(fixed) == 4, timeout=5)
 
 
+def test_an_endpoint_without_a_cap_of_its_own_gets_the_platforms(settings) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = False
+    settings.DELIVERY_MAX_IN_FLIGHT, settings.DELIVERY_ADAPTIVE_CEILING = 3, 48
+    tenant = make_tenant("acme")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/hook")
+    assert endpoint.max_in_flight is None
+    publish(tenant, "x", {})
+    assert endpoint_row(get_scheduler(), endpoint.pk)["m"] == 3  # the fixed cap
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    publish(tenant, "x", {})  # each enqueue refreshes what the schedule knows
+    row = endpoint_row(get_scheduler(), endpoint.pk)
+    assert (row["m"], row["al"]) == (48, 4)  # the ceiling; the limit starts low under it
+    endpoint.max_in_flight = 20
+    endpoint.save()  # a cap of its own is its ceiling from now on
+    assert wait_until(lambda: endpoint_row(get_scheduler(), endpoint.pk)["m"] == 20, timeout=5)
+
+
 def test_an_adaptive_limit_grows_on_fast_answers_from_a_real_endpoint(engine, settings) -> None:
     settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
     with Recorder(Reply(200, delay=0.02)) as receiver:
