@@ -31,7 +31,7 @@ def pace_lines(
     if adaptive:
         lines.append(
             f"Its limit adapts to how it answers: {limit} now, under its cap of {cap}. "
-            + _last_move(state, now, tz)
+            + last_move(state, now, tz)
         )
     else:
         lines.append(f"Its cap of {cap} is fixed (set by the platform's operators).")
@@ -58,7 +58,8 @@ def _overloads(minute: MinuteAnswers) -> str:
     )
 
 
-def _last_move(state: EndpointState, now: datetime, tz: tzinfo | None) -> str:
+def last_move(state: EndpointState, now: datetime, tz: tzinfo | None) -> str:
+    """Why its adaptive limit last went down, in a sentence (or that it has not)."""
     if state.backed_off_at is None:
         return "It has not backed off: it grows while answers stay fast and successful."
     at = clock(datetime.fromtimestamp(state.backed_off_at, UTC), now, tz)

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from core.ids import new_ulid
-from delivery.scheduler import Item, get_scheduler, reset_scheduler
+from delivery.scheduler import EndpointAnswers, Item, get_scheduler, reset_scheduler
 from tests.factories import make_endpoint, make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -82,8 +82,15 @@ def test_lanes_shows_an_endpoint_at_its_adaptive_limit_under_its_cap() -> None:
     table = run()
     assert "endpoints at their cap or adaptive limit: 1" in table
     assert "/fragile: 4/4 in flight (adaptive limit 4.0 of cap 50)" in table
+    assert "It has not backed off" in table
     (row,) = json.loads(run("--json"))["endpoints"]
     assert row["adaptive_limit"] == 4 and row["max_in_flight"] == 50
+    # A 503 halves it, under the four requests still open, and lanes says why.
+    scheduler.answered([], [EndpointAnswers(endpoint.pk, overloaded=1)])
+    table = run()
+    assert "4/2 in flight (adaptive limit 2.0 of cap 50)" in table
+    assert "It last backed off from 4 at " in table
+    assert ": it answered 429 or 503, timed out or refused the connection." in table
 
 
 def test_lanes_shows_an_endpoint_whose_retries_wait_for_their_budget() -> None:

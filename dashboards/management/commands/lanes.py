@@ -1,14 +1,17 @@
 import json
 import time
 from dataclasses import asdict
+from datetime import UTC
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from core import redis_connection
 from dashboards import status
-from delivery.scheduler import Snapshot, get_scheduler
+from dashboards.endpoint_pace import last_move
+from delivery.scheduler import EndpointRow, Snapshot, get_scheduler
 from delivery.worker import heartbeats
 from tenants.models import Endpoint
 
@@ -114,10 +117,21 @@ class Command(BaseCommand):
             )
             lines.append(
                 f"  #{row.endpoint_id} {urls.get(row.endpoint_id, '?')[:60]}: {row.in_flight}/{row.in_flight_limit} "
-                f"in flight{adaptive}, {row.parked_lanes} lanes waiting"
+                f"in flight{adaptive}, {row.parked_lanes} lanes waiting" + _why(row)
             )
         lines += _budget_lines(snapshot)
         return "\n".join(lines) + "\n"
+
+
+def _why(row: EndpointRow) -> str:
+    """Why an endpoint at its adaptive limit is there: the limit's last backoff (one read
+    of its state, for the few endpoints listed)."""
+    if row.adaptive_limit is None:
+        return ""
+    state = get_scheduler().endpoint_state(row.endpoint_id)
+    if state is None:
+        return ""
+    return ". " + last_move(state, timezone.now(), UTC)
 
 
 def _budget_lines(snapshot) -> list[str]:
