@@ -10,6 +10,8 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from django.conf import settings
+
 from simulation.receiver import Receiver
 from simulation.traffic import Planned, Sender
 from tenants.models import Endpoint, Tenant
@@ -105,10 +107,16 @@ class Setup:
 
 
 def runs_for(
-    scenario: str, scheduler: str, no_caps: bool, compare: bool, shards: int = 1
+    scenario: str,
+    scheduler: str,
+    no_caps: bool,
+    compare: bool,
+    shards: int = 1,
+    adaptive: bool = False,
 ) -> list[RunSpec]:
-    """The runs of one round. `shards` applies to the fair-mode runs only: FIFO is the
-    one-queue baseline of today, and a FIFO per shard would be no FIFO at all."""
+    """The runs of one round. `shards` and `adaptive` apply to the fair-mode runs only:
+    FIFO is the one-queue baseline of today, and a FIFO per shard would be no FIFO at
+    all."""
     if not compare and scenario == "fragile-endpoints" and not no_caps:
         specs = [RunSpec("adaptive", scheduler, adaptive=True)]
     elif not compare:
@@ -126,7 +134,18 @@ def runs_for(
         ]
     else:
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False)]
+    if adaptive:
+        specs = [replace(spec, adaptive=True) if spec.mode == "fair" else spec for spec in specs]
     return [replace(spec, shards=shards) if spec.mode == "fair" else spec for spec in specs]
+
+
+def _platform_cap(spec: RunSpec, default: int) -> int | None:
+    """The cap of endpoints that keep the platform's default: `default` where limits are
+    fixed, none of their own (the platform's ceiling) where they adapt, NO_CAP for the
+    no-caps baselines."""
+    if not spec.caps:
+        return NO_CAP
+    return None if spec.adaptive else default
 
 
 def _tenants(keys: list[str]) -> list[Tenant]:
@@ -198,7 +217,7 @@ def build_slow_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -
     no-hang reference they answer like the rest). Every endpoint gets the same steady
     traffic, and the platform's own retry schedule applies."""
     rng = random.Random(o["seed"])
-    cap = o["cap"] if spec.caps else NO_CAP
+    cap = _platform_cap(spec, o["cap"])
     tenants = _tenants([f"shop-{n:04d}" for n in range(o["endpoints"])])
     hung = set(rng.sample(range(len(tenants)), o["hung"]))
     kinds = ["hang" if n in hung and spec.hang else "ok" for n in range(len(tenants))]
@@ -218,7 +237,9 @@ def build_slow_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -
         plan,
         expected,
         hung_endpoints=[endpoints[n].pk for n in sorted(hung)] if spec.hang else [],
-        bounds={"hung_slots": o["hung"] * cap} if spec.caps and spec.hang else {},
+        bounds={"hung_slots": o["hung"] * (cap or settings.DELIVERY_ADAPTIVE_CEILING)}
+        if spec.caps and spec.hang
+        else {},
     )
 
 
@@ -231,7 +252,7 @@ def build_retry_storm(spec: RunSpec, receiver: Receiver, o: dict[str, Any]) -> S
     cap, retry_cap = (o["cap"], o["retry_cap"]) if spec.caps else (NO_CAP, NO_CAP)
     big, *others = _tenants(["large", *(f"shop-{n:04d}" for n in range(o["tenants"]))])
     _endpoints(receiver, [big], ["storm"], cap, retry_cap)
-    other_cap = 2 if spec.caps else NO_CAP  # the platform's default caps
+    other_cap = _platform_cap(spec, 2)
     _endpoints(receiver, others, ["ok"] * len(others), other_cap, 1 if spec.caps else NO_CAP)
     plan = _steady(Sender(big, "large"), o["storm_rate"], o["seconds"], rng)
     for tenant in others:

@@ -77,7 +77,12 @@ def main() -> int:
     about = machine()
     receiver = Receiver(options.get("service_ms") or 0.0)
     specs = runs_for(
-        scenario, options["scheduler"], options["no_caps"], options["compare"], options["shards"]
+        scenario,
+        options["scheduler"],
+        options["no_caps"],
+        options["compare"],
+        options["shards"],
+        options.get("adaptive", False),
     )
     rounds: list[dict[str, dict]] = []
     try:

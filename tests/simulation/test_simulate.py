@@ -179,6 +179,34 @@ def test_slow_endpoints_hung_ones_hold_no_more_than_their_caps(tmp_path: Path) -
 
 
 @pytest.mark.slow
+def test_hung_endpoints_without_caps_hold_no_more_than_a_new_adaptive_limit(
+    tmp_path: Path,
+) -> None:
+    figures = simulate(
+        "slow-endpoints",
+        "--adaptive",
+        *("--endpoints", "6", "--hung", "2", "--endpoint-timeout", "1"),
+        *("--rate", "4", "--seconds", "2"),
+        tmp_path=tmp_path,
+    )
+    assert figures["options"]["adaptive"] is True
+    run = figures["runs"]["fair"]
+    assert run["groups"]["healthy"]["missing"] == 0
+    # No cap of their own: the platform's ceiling of 64. A limit starts at 4 and grows
+    # only on fast answers, which a hung endpoint never gives.
+    assert 0 < run["hung_slots_max"] <= 2 * 4
+    assert run["hung_open_requests_max"] <= 2 * 4
+
+
+def test_adaptive_reaches_the_fair_runs_only_and_not_fragile_endpoints() -> None:
+    fair, fifo = runs_for("flood", "fair", no_caps=False, compare=True, adaptive=True)
+    assert (fair.adaptive, fifo.adaptive) == (True, False)
+    assert not any(spec.adaptive for spec in runs_for("slow-endpoints", "fair", False, True))
+    with pytest.raises(CommandError, match="fragile-endpoints has its adaptive run already"):
+        call_command("simulate", "fragile-endpoints", "--adaptive")
+
+
+@pytest.mark.slow
 def test_retry_storm_retries_stay_within_the_retry_cap(tmp_path: Path) -> None:
     figures = simulate(
         "retry-storm",

@@ -115,6 +115,11 @@ class Command(BaseCommand):
             help="repeat the runs this many times, alternating their order, and report medians: this machine is shared and one run's p99 is noisy",
         )
         runs.add_argument(
+            "--adaptive",
+            action="store_true",
+            help="the fair runs with DELIVERY_ADAPTIVE_CONCURRENCY on and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
+        )
+        runs.add_argument(
             "--shards",
             type=int,
             default=1,
@@ -312,6 +317,9 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         retry_after=raw["retry_after"],
         command=" ".join(["manage.py", "simulate", *sys.argv[2:]]) if len(sys.argv) > 1 else "",
     )
+    if raw["adaptive"] and scenario == "fragile-endpoints":
+        raise CommandError("fragile-endpoints has its adaptive run already; drop --adaptive")
+    options["adaptive"] = raw["adaptive"]
     if options["compare"] and (options["scheduler"] != "fair" or options["no_caps"]):
         raise CommandError("--compare chooses the runs itself; drop --scheduler/--no-caps")
     if not 1 <= raw["shards"] <= MAX_SHARDS:
