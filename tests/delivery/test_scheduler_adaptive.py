@@ -102,6 +102,27 @@ def test_latency_past_its_tolerance_lowers_it_in_proportion(sched, clock) -> Non
     assert limit_of(sched) > row["al"]
 
 
+def test_a_fast_endpoint_is_not_slow_for_a_few_milliseconds_more(sched, clock) -> None:
+    sched.enqueue(adaptive(100))
+    leases = sched.pick("w", 50).leases
+    sched.answered(leases, fast(4, ms=1))  # baseline 1 ms, limit 8
+    for _ in range(3):  # our own busy workers add a few milliseconds to every answer
+        clock.advance(1)
+        leases = sched.pick("w", 50).leases
+        sched.answered(leases, fast(len(leases), ms=6))
+    row = endpoint_row(sched, 1)
+    assert row["lb"] == 1 and row["lf"] > 1.5 * 3  # far past 1.5 x its baseline
+    assert sched.endpoint_state(1).backed_off_at is None
+    assert limit_of(sched) > 8  # and it grows on
+    grown = limit_of(sched)
+    for _ in range(3):  # tens of milliseconds more is the endpoint's own queue
+        clock.advance(1)
+        leases = sched.pick("w", 50).leases
+        sched.answered(leases, fast(len(leases), ms=60))
+    assert sched.endpoint_state(1).backed_off_at is not None
+    assert limit_of(sched) < grown
+
+
 def test_an_endpoint_slower_for_good_is_measured_again_at_a_limit_of_one(sched, clock) -> None:
     sched.enqueue(adaptive(500))
     leases = sched.pick("w", 50).leases

@@ -288,12 +288,17 @@ end
 -- then on it grows by one per round trip's worth of answers (1/limit each). It backs off
 -- at most once per round trip: to LIMIT_BACKOFF of itself on an overload answer, and in
 -- proportion when the answers' recent latency passes LATENCY_TOLERANCE times its
--- baseline (never by more than the backoff); an overload later in the same round trip
+-- baseline and LATENCY_SLACK_MS more than it (never by more than the backoff); an overload later in the same round trip
 -- holds it at the requests still open. It grows only while in use (at least half its
 -- requests open), and stays between 1 and the cap.
 local ADAPTIVE_START = 4
 local LIMIT_BACKOFF = 0.5
 local LATENCY_TOLERANCE = 1.5
+-- ...and by at least this many milliseconds. An endpoint that answers in a millisecond
+-- reads a few more whenever our own workers are busy (the time an answer waits for the
+-- event loop counts), and 1.5 times a millisecond would back its limit off on our
+-- queueing rather than its own (a fast gateway endpoint's flood slowed down so).
+local LATENCY_SLACK_MS = 25
 -- Each answer moves the recent latency this share of the way to its own. The baseline
 -- takes any lower latency at once, and a higher one only at a limit of 1, where no
 -- queue of ours can be in it: a baseline that drifted up with the latency it allows
@@ -329,7 +334,8 @@ local function adapt(row, ok, overloaded, latency_ms, still_open)
     rtt = math.max(rtt, row.lf)
   end
   local ceiling = math.max(row.m, 1)
-  local slow = row.lb > 0 and row.lf > row.lb * LATENCY_TOLERANCE
+  local slow_past = math.max(row.lb * LATENCY_TOLERANCE, row.lb + LATENCY_SLACK_MS)
+  local slow = row.lb > 0 and row.lf > slow_past
   if overloaded > 0 or slow then
     -- Once per round trip: the answers of one window all say the same. But an overload
     -- within it (a 503 comes back at once, and its freed slot would be filled at once)
@@ -342,7 +348,7 @@ local function adapt(row, ok, overloaded, latency_ms, still_open)
     end
     local factor, why = LIMIT_BACKOFF, -1
     if overloaded == 0 then
-      factor = math.max(LIMIT_BACKOFF, row.lb * LATENCY_TOLERANCE / row.lf)
+      factor = math.max(LIMIT_BACKOFF, slow_past / row.lf)
       why = row.lf
     end
     row.lp, row.lw = math.min(limit, ceiling), why
