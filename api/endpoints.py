@@ -28,7 +28,7 @@ from api.schema import errors
 from api.scope import one, tenant_for
 from api.strict import RoundedDecimalField, StrictSerializer, query_flag
 from core import operational
-from core.netguard import validate_destination_url
+from core.netguard import is_uri, validate_destination_url
 from dashboards import endpoint_actions
 from dashboards.endpoint_forms import (
     DISABLE_REASON_CHARS,
@@ -174,6 +174,11 @@ class EndpointChange(StrictSerializer):
         return ",".join(dict.fromkeys(value))
 
     def validate_url(self, value: str) -> str:
+        if not is_uri(value):
+            raise serializers.ValidationError(
+                "Not a URI as RFC 3986 writes one: percent-encode spaces, non-ASCII text "
+                'and the characters " < > \\ ^ ` { | }, and [ ] outside an IPv6 host.'
+            )
         try:
             validate_destination_url(value, allow_private=settings.ALLOW_PRIVATE_DESTINATIONS)
         except DjangoValidationError as exc:

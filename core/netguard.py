@@ -11,6 +11,7 @@ no socket at all. `validate_destination_url` is the admin form's early, friendli
 """
 
 import ipaddress
+import re
 import socket
 from urllib.parse import urlsplit
 
@@ -77,6 +78,33 @@ def _special_purpose(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> 
     if not address.is_global:
         return "a non-public address"
     return None
+
+
+# RFC 3986's characters: a path, query or fragment is pchars (unreserved, sub-delims, ":",
+# "@", percent-encodings) and "/" ("?" too after the path); an authority the same, with
+# "[" and "]" around an IPv6 host.
+_PCHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})"
+_PATH = re.compile(rf"(?:{_PCHAR}|/)*")
+_QUERY = re.compile(rf"(?:{_PCHAR}|[/?])*")
+_AUTHORITY = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@\[\]]|%[0-9A-Fa-f]{2})*")
+
+
+def is_uri(url: str) -> bool:
+    """Whether `url` is a URI as RFC 3986 writes one: ASCII, with spaces, non-ASCII text
+    and the characters it leaves out (such as ^ { } | and a second #) percent-encoded.
+    The API documents its URLs as such (OpenAPI `format: uri`); the forms take what a
+    browser would, and the transport encodes it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(
+        _AUTHORITY.fullmatch(parts.netloc)
+        and _PATH.fullmatch(parts.path)
+        and _QUERY.fullmatch(parts.query)
+        and _QUERY.fullmatch(parts.fragment)
+        and "#" not in parts.fragment
+    )
 
 
 def validate_destination_url(url: str, *, allow_private: bool) -> None:

@@ -302,3 +302,14 @@ def test_an_endpoint_without_a_cap_of_its_own_says_the_platforms(
     assert "cap (2)" in cleared.json()["errors"][0]["detail"]
     assert Endpoint.objects.get().max_in_flight == 30  # nothing of a refused change stays
     assert api.patch(path, {"max_in_flight": None}).json()["in_flight_cap"] == 2
+
+
+def test_the_api_refuses_a_url_that_is_not_a_uri(acme, loopback_allowed) -> None:
+    api = Api(operator_token())
+    refused = api.post("/api/v1/tenants/acme/endpoints", {"url": "http://127.0.0.1:9/a^b{c}"})
+    assert refused.status_code == 422
+    (error,) = refused.json()["errors"]
+    assert error["field"] == "url" and "RFC 3986" in error["detail"]
+    made = api.post("/api/v1/tenants/acme/endpoints", {"url": "http://127.0.0.1:9/a%5Eb%7Bc%7D"})
+    assert made.status_code == 201, made.json()
+    assert Endpoint.objects.get().url == "http://127.0.0.1:9/a%5Eb%7Bc%7D"

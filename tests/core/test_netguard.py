@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from core import netguard
-from core.netguard import is_forbidden_address, validate_destination_url
+from core.netguard import is_forbidden_address, is_uri, validate_destination_url
 from delivery.pipeline import transport
 from tests.http_receivers import Recorder, ScriptedServer
 
@@ -297,3 +297,21 @@ def test_validate_destination_url_with_allow_private_skips_the_address_check():
     validate_destination_url("http://localhost/hook", allow_private=True)
     with pytest.raises(ValidationError, match="username or password"):
         validate_destination_url("http://u:p@localhost/", allow_private=True)
+
+
+@pytest.mark.parametrize(
+    ("url", "uri"),
+    [
+        ("https://example.com/hook?x=1&y=2#top", True),
+        ("http://[::1]:8080/a;b=c/%7Bd%7D", True),
+        ("http://127.0.0.1:9/a?b?c", True),
+        ("http://127.0.0.1:9/a b", False),  # a space
+        ("http://127.0.0.1:9/héllo", False),  # non-ASCII, not percent-encoded
+        ("http://127.0.0.1:9/*&^Q@}Y~W!^", False),  # ^ and } are not URI characters
+        ("http://127.0.0.1:9/[x]", False),  # brackets belong to an IPv6 host only
+        ("http://127.0.0.1:9/a%zz", False),  # a broken percent-encoding
+        ("http://127.0.0.1:9/a#b#c", False),  # a second fragment
+    ],
+)
+def test_is_uri_follows_rfc_3986(url: str, uri: bool) -> None:
+    assert is_uri(url) is uri

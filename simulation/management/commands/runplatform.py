@@ -211,9 +211,10 @@ class Command(BaseCommand):
 def _caps_of(tenant_key: str) -> str:
     """ " (cap 2 + 1 for retries)": a retry has a slot of its own beside the cap, so a hung
     endpoint holds up to both."""
-    caps = Endpoint.objects.filter(tenant__key=tenant_key).values_list(
-        "max_in_flight", "retry_max_in_flight"
-    )
+    caps = [
+        (endpoint.in_flight_cap, endpoint.retry_max_in_flight)
+        for endpoint in Endpoint.objects.filter(tenant__key=tenant_key)
+    ]
     fresh = sum(c for c, _ in caps)
     retry = sum(r for _, r in caps)
     return f" (cap {fresh} + {retry} for retries)" if caps else ""
