@@ -47,7 +47,7 @@ for model in (Tenant, Endpoint, Source, Event, Delivery, Attempt):
     model._meta._expire_cache()
 
 tenant = make_tenant()
-endpoint = make_endpoint(tenant)
+endpoint = make_endpoint(tenant, max_in_flight=2)  # NOT NULL at this point of the schema
 source = make_source()
 now = timezone.now()
 for n in range(120):
