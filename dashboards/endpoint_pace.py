@@ -6,11 +6,26 @@ and "Retry budgets")."""
 
 import math
 from datetime import UTC, datetime, tzinfo
+from typing import Protocol
 
 from delivery.scheduler import EndpointState
 
 from .endpoint_health import MinuteAnswers
 from .pacing import clock, count_phrase
+
+
+class Backoff(Protocol):
+    """An adaptive limit's last backoff, as the schedule's EndpointState and its snapshot's
+    EndpointRow both carry it."""
+
+    @property
+    def baseline_ms(self) -> float | None: ...
+    @property
+    def backed_off_at(self) -> float | None: ...
+    @property
+    def backed_off_from(self) -> float | None: ...
+    @property
+    def backed_off_latency_ms(self) -> float | None: ...
 
 
 def pace_lines(
@@ -41,11 +56,11 @@ def pace_lines(
 
 
 def _overloads(minute: MinuteAnswers) -> str:
-    """ "In the last minute, 37 of 120 attempts answered 503 and 2 got no answer (…)." """
+    """ "In the last minute, 37 answered 503 and 2 got no answer (…) of 120 attempts: …" """
     parts = [
         f"{minute.answered_503} answered 503" if minute.answered_503 else "",
         f"{minute.answered_429} answered 429" if minute.answered_429 else "",
-        f"{minute.no_answer} got no answer (a timeout, a refused or reset connection)"
+        f"{minute.no_answer} got no answer (a timeout or a failed connection)"
         if minute.no_answer
         else "",
     ]
@@ -58,7 +73,7 @@ def _overloads(minute: MinuteAnswers) -> str:
     )
 
 
-def last_move(state: EndpointState, now: datetime, tz: tzinfo | None) -> str:
+def last_move(state: Backoff, now: datetime, tz: tzinfo | None) -> str:
     """Why its adaptive limit last went down, in a sentence (or that it has not)."""
     if state.backed_off_at is None:
         return "It has not backed off: it grows while answers stay fast and successful."

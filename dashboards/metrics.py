@@ -209,6 +209,7 @@ class ScheduleCollector(Collector):
         yield cap
         yield limit
         yield budget
+        yield from _adaptive_why(snapshot, labels)
 
     def _database_metrics(self) -> Iterator[Metric]:
         fallback = CounterMetricFamily(
@@ -270,3 +271,42 @@ def register() -> None:
     if not _registered:
         REGISTRY.register(ScheduleCollector())
         _registered = True
+
+
+def _adaptive_why(snapshot: Snapshot, labels: dict[int, str]) -> Iterator[Metric]:
+    """Why each listed adaptive limit is where it is: the latencies it moves on and its
+    last backoff, labelled with what caused it (answers too slow, or answers that said
+    the endpoint was past its capacity)."""
+    latency = GaugeMetricFamily(
+        "webhook_endpoint_adaptive_latency_seconds",
+        "Answers' recent latency and the endpoint's own baseline that its adaptive limit "
+        "moves on, top-N busiest endpoints whose limit adapts.",
+        labels=["endpoint", "which"],
+    )
+    backed_off_at = GaugeMetricFamily(
+        "webhook_endpoint_adaptive_backoff_timestamp_seconds",
+        "When its adaptive limit last backed off, and why: reason=latency (answers slowed "
+        "against its baseline) or overload (429, 503, a timeout or refused connection).",
+        labels=["endpoint", "reason"],
+    )
+    backed_off_from = GaugeMetricFamily(
+        "webhook_endpoint_adaptive_backoff_from",
+        "Its adaptive limit before the last backoff (the limit now is "
+        "webhook_endpoint_adaptive_limit).",
+        labels=["endpoint", "reason"],
+    )
+    for row in snapshot.endpoints:
+        if row.adaptive_limit is None:
+            continue
+        label = labels.get(row.endpoint_id, str(row.endpoint_id))
+        for which, value in (("recent", row.latency_ms), ("baseline", row.baseline_ms)):
+            if value:  # none measured yet
+                latency.add_metric([label, which], value / 1000)
+        if row.backed_off_at is not None:
+            reason = "latency" if row.backed_off_latency_ms is not None else "overload"
+            backed_off_at.add_metric([label, reason], row.backed_off_at)
+            if row.backed_off_from is not None:
+                backed_off_from.add_metric([label, reason], row.backed_off_from)
+    yield latency
+    yield backed_off_at
+    yield backed_off_from

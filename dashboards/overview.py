@@ -30,6 +30,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from dashboards import charts, history, pacing, status
+from dashboards.endpoint_pace import last_move
 from delivery.models import Delivery
 from delivery.replays.resend import replay
 from delivery.scheduler import EndpointRow, Snapshot, TenantRow, get_scheduler
@@ -101,7 +102,17 @@ class EndpointLine:
             return "waiting for its Retry-After"
         if self.row and self.row.rate_limited and self.row.rate_per_second:
             return f"at its rate limit ({self.row.rate_per_second:g}/s)"
+        if self.row and self.row.adaptive_limit is not None:
+            return "at its adaptive limit"
         return "at its concurrency cap"
+
+    @property
+    def why(self) -> str:
+        """Why its adaptive limit is where it is: the limit's last backoff, in the endpoint
+        page's words; nothing for a fixed cap."""
+        if self.row is None or self.row.adaptive_limit is None:
+            return ""
+        return last_move(self.row, timezone.now(), timezone.get_current_timezone())
 
 
 def held_counts() -> dict[int, int]:

@@ -41,6 +41,13 @@ def batch(tenant: int | None, endpoint: int, n: int, **fields) -> list[Item]:
     return [Item(new_ulid(), tenant, endpoint, **fields) for _ in range(n)]
 
 
+def fill_a_new_adaptive_limit(sched: Scheduler, tenant: int | None, endpoint: int) -> None:
+    """Ten deliveries to an adaptive endpoint with a cap of 50, picked: a new limit starts at
+    4, so four go out and six wait behind it."""
+    sched.enqueue(batch(tenant, endpoint, 10, max_in_flight=50, adaptive=True))
+    assert len(sched.pick("w", 10).leases) == 4
+
+
 def drain(sched: Scheduler, max_items: int = 50) -> list[Lease]:
     """Pick and ack until nothing is dispatchable; returns the leases in hand-out order."""
     order: list[Lease] = []

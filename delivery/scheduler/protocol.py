@@ -130,6 +130,45 @@ SET_ENDPOINT = Record(
 )
 PAUSE_ENDPOINT = Record("PAUSE_ENDPOINT", ("endpoint", "paused_until"))
 SNAPSHOT = Record("SNAPSHOT", ("top_n",), rest="bounds")
+# snapshot's rows: one per listed tenant and endpoint; "" or none where a value is absent.
+SNAPSHOT_TENANT = Record(
+    "SNAPSHOT_TENANT",
+    (
+        "tenant",
+        "oldest_ms",  # the age index's score: its oldest queued delivery
+        "fresh",
+        "retry",
+        "delayed",
+        "in_flight",
+        "weight",
+        "paused",  # 1 or 0
+        "rate",  # deliveries per second, "" for none
+        "rate_limited",  # 1: no token ready, or asleep until its next one
+    ),
+    kind=REPLY,
+)
+SNAPSHOT_ENDPOINT = Record(
+    "SNAPSHOT_ENDPOINT",
+    (
+        "endpoint",
+        "in_flight",
+        "max_in_flight",
+        "retry_max_in_flight",
+        "retry_in_flight",
+        "parked_lanes",
+        "rate",
+        "paused_until",  # epoch seconds of a Retry-After's end, "" when not paused
+        "rate_limited",
+        "retry_budget",
+        "adaptive_limit",  # the rest: only while the endpoint's limit adapts
+        "latency_ms",
+        "baseline_ms",
+        "backed_off_at",
+        "backed_off_from",
+        "backed_off_latency_ms",
+    ),
+    kind=REPLY,
+)
 ENDPOINT_STATE = Record("ENDPOINT_STATE", ("endpoint",))
 ENDPOINT_STATE_REPLY = Record(
     "ENDPOINT_STATE_REPLY",

@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
+from . import protocol
 from .keys import tenant_id_of
 from .values import EndpointRow, Snapshot, TenantRow
 
@@ -44,37 +45,8 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
     ) = reply
     now = int(text(now_ms))
     fresh, retry, fallback_total, deferrals, tenants, rate_waits = map(count, stats)
-    tenants_out = [
-        TenantRow(
-            tenant_id=tenant_id_of(text(row[0])),
-            oldest_age_seconds=age_seconds(now, row[1]),
-            fresh=count(row[2]),
-            retry=count(row[3]),
-            delayed=count(row[4]),
-            in_flight=count(row[5]),
-            weight=count(row[6]) or 1,
-            paused=bool(row[7]),
-            rate_per_second=optional(row[8]),
-            rate_limited=bool(row[9]),
-        )
-        for row in tenant_rows
-    ]
-    endpoints_out = [
-        EndpointRow(
-            endpoint_id=int(text(row[0])),
-            in_flight=int(float(text(row[1]))),
-            max_in_flight=count(row[2]),
-            retry_max_in_flight=count(row[3]),
-            retry_in_flight=count(row[4]),
-            parked_lanes=count(row[5]),
-            rate_per_second=optional(row[6]),
-            paused_until=optional(row[7]),
-            rate_limited=bool(row[8]),
-            adaptive_limit=optional(row[9]),
-            retry_budget=optional(row[10]),
-        )
-        for row in endpoint_rows
-    ]
+    tenants_out = [_tenant_row(now, protocol.SNAPSHOT_TENANT.unpack(row)) for row in tenant_rows]
+    endpoints_out = [_endpoint_row(protocol.SNAPSHOT_ENDPOINT.unpack(row)) for row in endpoint_rows]
     return Snapshot(
         active_tenants=tenants,
         backlogged_tenants=int(backlogged),
@@ -90,4 +62,40 @@ def decode(reply: list[Any], buckets: Sequence[float]) -> Snapshot:
         endpoints=endpoints_out,
         age_histogram=dict(zip(buckets, (int(n) for n in histogram), strict=True)),
         rate_waits_total=rate_waits,
+    )
+
+
+def _tenant_row(now_ms: int, row: dict[str, Any]) -> TenantRow:
+    return TenantRow(
+        tenant_id=tenant_id_of(text(row["tenant"])),
+        oldest_age_seconds=age_seconds(now_ms, row["oldest_ms"]),
+        fresh=count(row["fresh"]),
+        retry=count(row["retry"]),
+        delayed=count(row["delayed"]),
+        in_flight=count(row["in_flight"]),
+        weight=count(row["weight"]) or 1,
+        paused=bool(row["paused"]),
+        rate_per_second=optional(row["rate"]),
+        rate_limited=bool(row["rate_limited"]),
+    )
+
+
+def _endpoint_row(row: dict[str, Any]) -> EndpointRow:
+    return EndpointRow(
+        endpoint_id=int(text(row["endpoint"])),
+        in_flight=int(float(text(row["in_flight"]))),
+        max_in_flight=count(row["max_in_flight"]),
+        retry_max_in_flight=count(row["retry_max_in_flight"]),
+        retry_in_flight=count(row["retry_in_flight"]),
+        parked_lanes=count(row["parked_lanes"]),
+        rate_per_second=optional(row["rate"]),
+        paused_until=optional(row["paused_until"]),
+        rate_limited=bool(row["rate_limited"]),
+        adaptive_limit=optional(row["adaptive_limit"]),
+        retry_budget=optional(row["retry_budget"]),
+        latency_ms=optional(row["latency_ms"]),
+        baseline_ms=optional(row["baseline_ms"]),
+        backed_off_at=optional(row["backed_off_at"]),
+        backed_off_from=optional(row["backed_off_from"]),
+        backed_off_latency_ms=optional(row["backed_off_latency_ms"]),
     )

@@ -116,6 +116,13 @@ class EndpointRow:
     # Retries it may be sent before one more is accepted (whole part; docs/SCHEDULER.md,
     # "Retry budgets"); under one, its queued retries wait for a token.
     retry_budget: float | None = None
+    # While its limit adapts: the latencies it moves on and its last backoff, as in
+    # EndpointState.
+    latency_ms: float | None = None
+    baseline_ms: float | None = None
+    backed_off_at: float | None = None
+    backed_off_from: float | None = None
+    backed_off_latency_ms: float | None = None
 
     @property
     def in_flight_limit(self) -> int:

@@ -12,11 +12,18 @@ from django.utils import timezone
 
 from delivery.models import Delivery
 from delivery.pipeline import enqueueing
-from delivery.scheduler import Scheduler, get_scheduler, install_scheduler, reset_scheduler
+from delivery.scheduler import (
+    EndpointAnswers,
+    Scheduler,
+    get_scheduler,
+    install_scheduler,
+    reset_scheduler,
+)
 from delivery.upkeep.maintenance import rebuild_schedule
 from ingest.publish import publish
 from tenants.models import AuditEntry, Endpoint, Tenant
 from tests.factories import make_endpoint, make_tenant, make_user
+from tests.scheduler_helpers import fill_a_new_adaptive_limit
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,6 +122,23 @@ def test_overview_shows_the_fallback_lane_and_troubled_endpoints(staff_client, s
     assert 'id="ov-fallback">1<' in page
     endpoints = page[page.index('id="ov-endpoints"') :]
     assert "http://127.0.0.1:9/broken.example" in endpoints and "disabled (held)" in endpoints
+
+
+def test_overview_says_why_an_adaptive_limit_holds_an_endpoint(staff_client) -> None:
+    tenant = make_tenant("fragile.example")
+    endpoint = make_endpoint(tenant, "http://127.0.0.1:9/fragile", max_in_flight=50)
+    scheduler = get_scheduler()
+    fill_a_new_adaptive_limit(scheduler, tenant.pk, endpoint.pk)
+    endpoints = staff_client.get(OVERVIEW).content.decode()
+    endpoints = endpoints[endpoints.index('id="ov-endpoints"') :]
+    assert "at its adaptive limit" in endpoints
+    assert "It has not backed off" in endpoints
+    scheduler.answered([], [EndpointAnswers(endpoint.pk, overloaded=1)])
+    endpoints = staff_client.get(OVERVIEW).content.decode()
+    endpoints = endpoints[endpoints.index('id="ov-endpoints"') :]
+    assert "4 / 2" in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", endpoints))
+    assert "It last backed off from 4 at " in endpoints
+    assert "answered 429 or 503, timed out or refused the connection" in endpoints
 
 
 def test_the_links_it_gives_answer(staff_client, scene) -> None:

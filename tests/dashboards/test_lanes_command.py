@@ -10,6 +10,7 @@ from django.core.management import call_command
 from core.ids import new_ulid
 from delivery.scheduler import EndpointAnswers, Item, get_scheduler, reset_scheduler
 from tests.factories import make_endpoint, make_tenant
+from tests.scheduler_helpers import fill_a_new_adaptive_limit
 
 pytestmark = pytest.mark.django_db
 
@@ -72,13 +73,7 @@ def test_lanes_shows_an_endpoint_at_its_adaptive_limit_under_its_cap() -> None:
     tenant = make_tenant("fragile.example")
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/fragile", max_in_flight=50)
     scheduler = get_scheduler()
-    scheduler.enqueue(
-        [
-            Item(new_ulid(), tenant.pk, endpoint.pk, max_in_flight=50, adaptive=True)
-            for _ in range(10)
-        ]
-    )
-    assert len(scheduler.pick("w", 10).leases) == 4  # a new adaptive limit starts at 4
+    fill_a_new_adaptive_limit(scheduler, tenant.pk, endpoint.pk)
     table = run()
     assert "endpoints at their cap or adaptive limit: 1" in table
     assert "/fragile: 4/4 in flight (adaptive limit 4.0 of cap 50)" in table
@@ -91,6 +86,8 @@ def test_lanes_shows_an_endpoint_at_its_adaptive_limit_under_its_cap() -> None:
     assert "4/2 in flight (adaptive limit 2.0 of cap 50)" in table
     assert "It last backed off from 4 at " in table
     assert ": it answered 429 or 503, timed out or refused the connection." in table
+    (row,) = json.loads(run("--json"))["endpoints"]
+    assert row["backed_off_from"] == 4 and row["backed_off_latency_ms"] is None
 
 
 def test_lanes_shows_an_endpoint_whose_retries_wait_for_their_budget() -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from core.ids import new_ulid
-from delivery.scheduler import Item, get_scheduler, reset_scheduler
+from delivery.scheduler import EndpointAnswers, Item, get_scheduler, reset_scheduler
 from ingest.publish import publish
 from tests.factories import make_endpoint, make_source, make_tenant
 from tests.metrics_helpers import scrape, value
@@ -74,6 +74,41 @@ def test_an_adaptive_limit_is_scraped_for_busy_endpoints_whose_limit_adapts(clie
     assert value(samples, "webhook_endpoint_max_in_flight", endpoint=str(adaptive.pk)) == 30
     limited = {s.labels["endpoint"] for s in samples["webhook_endpoint_adaptive_limit"]}
     assert limited == {str(adaptive.pk)}  # a fixed cap has no adaptive limit to show
+    assert not samples.get("webhook_endpoint_adaptive_backoff_from")  # it has not backed off
+
+
+def test_why_an_adaptive_limit_backed_off_is_scraped_with_its_reason(client) -> None:
+    scheduler = get_scheduler()
+    endpoint = make_endpoint(None, max_in_flight=30)
+    label = str(endpoint.pk)
+    scheduler.enqueue(
+        [Item(new_ulid(), None, endpoint.pk, max_in_flight=30, adaptive=True) for _ in range(9)]
+    )
+    assert len(scheduler.pick("w", 9).leases) == 4
+    scheduler.answered([], [EndpointAnswers(endpoint.pk, ok=4, latency_ms=4 * 20.0)])
+    samples = scrape(client)
+    assert value(
+        samples, "webhook_endpoint_adaptive_latency_seconds", endpoint=label, which="baseline"
+    ) == pytest.approx(0.020)
+    assert not samples.get("webhook_endpoint_adaptive_backoff_timestamp_seconds")
+
+    before = time.time()
+    scheduler.answered([], [EndpointAnswers(endpoint.pk, overloaded=1)])
+    samples = scrape(client)
+    limit = value(samples, "webhook_endpoint_adaptive_limit", endpoint=label)
+    was = value(
+        samples, "webhook_endpoint_adaptive_backoff_from", endpoint=label, reason="overload"
+    )
+    assert limit < was
+    at = value(
+        samples,
+        "webhook_endpoint_adaptive_backoff_timestamp_seconds",
+        endpoint=label,
+        reason="overload",
+    )
+    assert before - 1 <= at <= time.time() + 1
+    reasons = {s.labels["reason"] for s in samples["webhook_endpoint_adaptive_backoff_from"]}
+    assert reasons == {"overload"}
 
 
 def test_series_stay_bounded_and_the_scrape_costs_a_fixed_number_of_redis_calls(

@@ -124,14 +124,10 @@ class Command(BaseCommand):
 
 
 def _why(row: EndpointRow) -> str:
-    """Why an endpoint at its adaptive limit is there: the limit's last backoff (one read
-    of its state, for the few endpoints listed)."""
+    """Why an endpoint at its adaptive limit is there: the limit's last backoff."""
     if row.adaptive_limit is None:
         return ""
-    state = get_scheduler().endpoint_state(row.endpoint_id)
-    if state is None:
-        return ""
-    return ". " + last_move(state, timezone.now(), UTC)
+    return ". " + last_move(row, timezone.now(), UTC)
 
 
 def _budget_lines(snapshot) -> list[str]:

@@ -10,14 +10,5 @@ local values = {
   retry_budget = exact(retry_budget(row)),
   retry_budget_cap = exact(retry_budget_cap(row)),
 }
-if row.al > 0 then
-  values.adaptive_limit = exact(row.al)
-  values.latency_ms = exact(row.lf)
-  values.baseline_ms = exact(row.lb)
-  if row.lt > 0 then
-    values.backed_off_at = exact(row.lt)
-    values.backed_off_from = exact(row.lp)
-    if row.lw > 0 then values.backed_off_latency_ms = exact(row.lw) end
-  end
-end
+adaptive_values(row, values)
 return reply_of(ENDPOINT_STATE_REPLY, values)

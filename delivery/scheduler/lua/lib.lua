@@ -418,6 +418,21 @@ local function retry_budget_cap(row) return 2 * math.max(1, in_flight_limit(row)
 local function retry_budget(row)
   return budget_tokens(row, retry_budget_cap(row), RETRY_BUDGET_FLOOR)
 end
+
+-- An adaptive endpoint's limit and why it last moved, under the names ENDPOINT_STATE_REPLY
+-- and SNAPSHOT_ENDPOINT share; nothing while its limit is its cap alone.
+local function adaptive_values(row, values)
+  if row.al <= 0 then return end
+  values.adaptive_limit = exact(row.al)
+  values.latency_ms = exact(row.lf)
+  values.baseline_ms = exact(row.lb)
+  if row.lt > 0 then
+    values.backed_off_at = exact(row.lt)
+    values.backed_off_from = exact(row.lp)
+    if row.lw > 0 then values.backed_off_latency_ms = exact(row.lw) end
+  end
+end
+
 local function change_retry_budget(row, by)
   return change_budget(row, by, retry_budget_cap(row), RETRY_BUDGET_FLOOR)
 end

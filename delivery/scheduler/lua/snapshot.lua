@@ -31,22 +31,20 @@ local counts = call_list('HMGET', K_COUNT, counted)
 for i = 1, #aged, 2 do
   local t = aged[i]
   local tenant = TENANT_ROWS.of(t)
-  local rate = false
+  local rate = ''
   if tenant.rr > 0 then rate = exact(tenant.rr) end
-  local row = {
-    tenant.f, tenant.r, tenant.d, num(counts[(i + 1) / 2]) - tenant.f - tenant.r - tenant.d,
-    exact(tenant.w), rate,
-  }
   local paused = 0
   if is_paused(t) then paused = 1 end
   -- Rate-limited: out of the turn order until its next token, or no token ready now.
   local limited = 0
-  if is_asleep(t) or (num(row[6]) > 0 and rates().tokens('t' .. t, num(row[6])) <= 0) then
+  if is_asleep(t) or (tenant.rr > 0 and rates().tokens('t' .. t, tenant.rr) <= 0) then
     limited = 1
   end
-  tenants[#tenants + 1] = {
-    t, aged[i + 1], row[1], row[2], row[3], row[4], row[5], paused, row[6] or '', limited,
-  }
+  tenants[#tenants + 1] = reply_of(SNAPSHOT_TENANT, {
+    tenant = t, oldest_ms = aged[i + 1], fresh = tenant.f, retry = tenant.r, delayed = tenant.d,
+    in_flight = num(counts[(i + 1) / 2]) - tenant.f - tenant.r - tenant.d,
+    weight = exact(tenant.w), paused = paused, rate = rate, rate_limited = limited,
+  })
 end
 
 local endpoints = {}
@@ -63,15 +61,17 @@ local function endpoint_row(e, in_flight)
   if hold and hold <= NOW then hold = nil end
   local limited = 0
   if rates().tokens('e' .. e, num(cfg[4]), hold) <= 0 then limited = 1 end
-  local limit, budget = '', ''
-  if not row.missing then
-    if row.al > 0 then limit = exact(row.al) end
-    budget = exact(retry_budget(row))
-  end
-  endpoints[#endpoints + 1] = {
-    e, in_flight, cfg[1], cfg[2], cfg[3], parked, cfg[4] or '',
-    hold and string.format('%.6f', hold) or '', limited, limit, budget,
+  local values = {
+    endpoint = e, in_flight = in_flight, max_in_flight = cfg[1],
+    retry_max_in_flight = cfg[2], retry_in_flight = cfg[3], parked_lanes = parked,
+    rate = cfg[4] or '', paused_until = hold and string.format('%.6f', hold) or '',
+    rate_limited = limited,
   }
+  if not row.missing then
+    values.retry_budget = exact(retry_budget(row))
+    adaptive_values(row, values)
+  end
+  endpoints[#endpoints + 1] = reply_of(SNAPSHOT_ENDPOINT, values)
 end
 local busiest = redis.call('ZREVRANGE', K_BUSY, 0, top_n - 1, 'WITHSCORES')
 for i = 1, #busiest, 2 do endpoint_row(busiest[i], busiest[i + 1]) end
