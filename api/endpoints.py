@@ -209,15 +209,15 @@ class EndpointChange(StrictSerializer):
                     # No limit at all is above any limit.
                     problems[name] = [f"At most {limit:g} for a tenant's token; not null."]
         current = self.context.get("endpoint")
-        cap = Endpoint(
-            max_in_flight=data.get("max_in_flight", current.max_in_flight if current else None),
-            fixed_max_in_flight=data.get(
+        error = Endpoint.retry_cap_error(
+            data.get("retry_max_in_flight", current.retry_max_in_flight if current else 1),
+            data.get("max_in_flight", current.max_in_flight if current else None),
+            fixed=data.get(
                 "fixed_max_in_flight", current.fixed_max_in_flight if current else False
             ),
-        ).in_flight_cap
-        retry_cap = data.get("retry_max_in_flight", current.retry_max_in_flight if current else 1)
-        if retry_cap > cap:
-            problems["retry_max_in_flight"] = [f"Cannot exceed the endpoint's cap ({cap})."]
+        )
+        if error:
+            problems["retry_max_in_flight"] = [error]
         if problems:
             raise serializers.ValidationError(problems)
         return data
@@ -301,7 +301,7 @@ class MinuteOut(serializers.Serializer):
     answered_429 = serializers.IntegerField()
     answered_503 = serializers.IntegerField()
     no_answer = serializers.IntegerField(
-        help_text="Attempts that got no answer: a timeout, a refused or reset connection."
+        help_text="Attempts that got no answer: a timeout or a failed connection."
     )
     capped = serializers.BooleanField(help_text="True: only the latest attempts were read.")
 

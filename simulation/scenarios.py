@@ -295,7 +295,7 @@ def build_fragile_endpoints(spec: RunSpec, receiver: Receiver, o: dict[str, Any]
         cap = None
     fragile, *quiet = _tenants(["fragile", *(f"quiet-{n:04d}" for n in range(o["tenants"]))])
     _endpoints(receiver, [fragile], ["fragile"], cap, retry_cap)
-    quiet_cap = None if spec.caps else NO_CAP  # the platform's caps
+    quiet_cap = _platform_cap(spec, 2)
     _endpoints(receiver, quiet, ["ok"] * len(quiet), quiet_cap, 1 if spec.caps else NO_CAP)
     seconds, capacity = o["seconds"], o["capacity"]
     plan = _steady(Sender(fragile, "fragile"), o["fragile_rate"], seconds, rng)

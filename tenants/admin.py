@@ -112,13 +112,13 @@ class EndpointForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        retry_cap = cleaned.get("retry_max_in_flight")
-        cap = Endpoint(
-            max_in_flight=cleaned.get("max_in_flight"),
-            fixed_max_in_flight=cleaned.get("fixed_max_in_flight", False),
-        ).in_flight_cap
-        if retry_cap and retry_cap > cap:
-            self.add_error("retry_max_in_flight", f"Cannot exceed the endpoint's cap ({cap}).")
+        error = Endpoint.retry_cap_error(
+            cleaned.get("retry_max_in_flight"),
+            cleaned.get("max_in_flight"),
+            fixed=cleaned.get("fixed_max_in_flight", False),
+        )
+        if error:
+            self.add_error("retry_max_in_flight", error)
         return cleaned
 
 

@@ -238,17 +238,33 @@ class Endpoint(models.Model):
     def in_flight_cap(self) -> int:
         """The most requests open to it at once: its own cap, or else the platform's (the
         adaptive limit's ceiling where its limit adapts)."""
-        if self.max_in_flight:
-            return self.max_in_flight
-        if self.adapts_concurrency:
-            return settings.DELIVERY_ADAPTIVE_CEILING
-        return settings.DELIVERY_MAX_IN_FLIGHT
+        return self.cap_for(self.max_in_flight, fixed=self.fixed_max_in_flight)
 
     @property
     def adapts_concurrency(self) -> bool:
         """Whether its in-flight limit adapts under max_in_flight (the platform's setting,
         unless an operator fixed this endpoint's cap)."""
         return settings.DELIVERY_ADAPTIVE_CONCURRENCY and not self.fixed_max_in_flight
+
+    @staticmethod
+    def cap_for(max_in_flight: int | None, *, fixed: bool) -> int:
+        """in_flight_cap for these values of max_in_flight and fixed_max_in_flight."""
+        if max_in_flight:
+            return max_in_flight
+        if settings.DELIVERY_ADAPTIVE_CONCURRENCY and not fixed:
+            return settings.DELIVERY_ADAPTIVE_CEILING
+        return settings.DELIVERY_MAX_IN_FLIGHT
+
+    @classmethod
+    def retry_cap_error(
+        cls, retry_cap: int | None, max_in_flight: int | None, *, fixed: bool
+    ) -> str:
+        """Why this retry cap cannot go with these caps ("" when it can): retries open at
+        once cannot exceed the requests open at once."""
+        cap = cls.cap_for(max_in_flight, fixed=fixed)
+        if retry_cap and retry_cap > cap:
+            return f"Cannot exceed the endpoint's cap ({cap})."
+        return ""
 
     def effective_rate_per_second(self) -> float | None:
         """What the scheduler enforces; None = no rate limit."""

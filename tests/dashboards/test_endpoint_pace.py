@@ -78,9 +78,8 @@ def test_the_last_minutes_overload_answers_say_why_it_backs_off() -> None:
     minute = MinuteAnswers(attempts=120, answered_503=37, answered_429=4, no_answer=2)
     lines = pace_lines(state(adaptive_limit=12), NOW, UTC, minute)
     assert lines[2] == (
-        "In the last minute, 37 answered 503, 4 answered 429 and 2 got no answer (a timeout, "
-        "a refused or reset connection) of 120 attempts: answers that say it is past its "
-        "capacity."
+        "In the last minute, 37 answered 503, 4 answered 429 and 2 got no answer (a timeout "
+        "or a failed connection) of 120 attempts: answers that say it is past its capacity."
     )
     assert lines[3].startswith("Retry budget")
     only = pace_lines(None, NOW, UTC, MinuteAnswers(attempts=9, answered_429=1, capped=True))
