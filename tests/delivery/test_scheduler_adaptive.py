@@ -123,6 +123,24 @@ def test_a_fast_endpoint_is_not_slow_for_a_few_milliseconds_more(sched, clock) -
     assert limit_of(sched) < grown
 
 
+def test_an_endpoint_fast_and_slow_by_turns_is_not_slow_against_its_fast_answers(
+    sched, clock
+) -> None:
+    """Answers of 1 ms and of 70 ms by turns, whatever the requests open: a receiver with
+    a fast and a slow path. Its latency does not follow the limit: after one backoff from
+    a baseline its first answer set, the limit grows and stays grown."""
+    sched.enqueue(adaptive(2000, cap=500))
+    turn, limits = 0, []
+    for _ in range(40):  # round trips: every request the limit allows, answered one by one
+        clock.advance(0.1)
+        for lease in sched.pick("w", 500).leases:
+            turn += 1
+            sched.answered([lease], fast(1, ms=1 if turn % 2 else 70))
+        limits.append(limit_of(sched))
+    assert endpoint_row(sched, 1)["lb"] > 10  # its lowest recent latency, not its fastest
+    assert min(limits[-10:]) > 8
+
+
 def test_an_endpoint_slower_for_good_is_measured_again_at_a_limit_of_one(sched, clock) -> None:
     sched.enqueue(adaptive(500))
     leases = sched.pick("w", 50).leases

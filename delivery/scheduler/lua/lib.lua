@@ -300,9 +300,12 @@ local LATENCY_TOLERANCE = 1.5
 -- queueing rather than its own (a fast gateway endpoint's flood slowed down so).
 local LATENCY_SLACK_MS = 25
 -- Each answer moves the recent latency this share of the way to its own. The baseline
--- takes any lower latency at once, and a higher one only at a limit of 1, where no
--- queue of ours can be in it: a baseline that drifted up with the latency it allows
--- would let the limit climb past the capacity step by step.
+-- is the lowest the recent latency has been, not the lowest answer: an endpoint whose
+-- answers are fast and slow by turns (a fast path and a slow one, or a stall of its
+-- network stack) would otherwise read as slow forever against its fast ones. It takes a
+-- lower recent latency at once, and a higher one only while one request at a time is
+-- allowed, where no queue of ours can be in it: a baseline that drifted up with the
+-- latency it allows would let the limit climb past the capacity step by step.
 local RECENT_WEIGHT = 0.2
 -- The shortest round trip a backoff waits for (seconds): answers that were all overloads
 -- carry no latency to go by.
@@ -328,9 +331,9 @@ local function adapt(row, ok, overloaded, latency_ms, still_open)
   local limit, rtt = row.al, row.lf
   if ok > 0 then
     local mean = latency_ms / ok
-    if row.lb <= 0 or mean < row.lb or limit <= 1 then row.lb = mean end
     if row.lf <= 0 then row.lf = mean end
     row.lf = row.lf + (mean - row.lf) * math.min(1, ok * RECENT_WEIGHT)
+    if row.lb <= 0 or row.lf < row.lb or limit < 2 then row.lb = row.lf end
     rtt = math.max(rtt, row.lf)
   end
   local ceiling = math.max(row.m, 1)
