@@ -238,7 +238,11 @@ class Endpoint(models.Model):
     def in_flight_cap(self) -> int:
         """The most requests open to it at once: its own cap, or else the platform's (the
         adaptive limit's ceiling where its limit adapts)."""
-        return self.cap_for(self.max_in_flight, fixed=self.fixed_max_in_flight)
+        if self.max_in_flight:
+            # Nothing else is read: fixed_max_in_flight's column is younger than this
+            # one, and rows of a schema before it are filled through this model too.
+            return self.max_in_flight
+        return self.cap_for(None, fixed=self.fixed_max_in_flight)
 
     @property
     def adapts_concurrency(self) -> bool:
