@@ -56,12 +56,13 @@ SETTINGS = (
 )
 CHANGEABLE = ("url", "description", "event_types", *SETTINGS)
 CAP_HELP = (
-    "Requests open to it at once at most; null: the platform's cap, or where limits "
-    "adapt to how endpoints answer, the platform's ceiling for them."
+    "Requests open to it at once at most, fixed; null: a limit that adapts to how it "
+    "answers under the platform's ceiling (or the platform's fixed cap where limits do not "
+    "adapt). Where the platform adapts every endpoint, a number here is the ceiling."
 )
 FIXED_HELP = (
-    "True: max_in_flight is the endpoint's limit even where the platform adapts limits "
-    "to how endpoints answer (DELIVERY_ADAPTIVE_CONCURRENCY)."
+    "True: its limit never adapts to how it answers; max_in_flight, or when null the "
+    "platform's fixed cap, is its limit."
 )
 
 
@@ -77,6 +78,10 @@ class EndpointOut(serializers.Serializer):
         help_text="The cap that applies: max_in_flight, or when null the platform's."
     )
     fixed_max_in_flight = serializers.BooleanField(help_text=FIXED_HELP)
+    adapts_concurrency = serializers.BooleanField(
+        help_text="Whether its in-flight limit adapts to how it answers, under in_flight_cap "
+        "(its stats' concurrency shows the limit now)."
+    )
     retry_max_in_flight = serializers.IntegerField()
     rate_limit_per_second = serializers.FloatField(allow_null=True)
     timeout_seconds = serializers.IntegerField()
@@ -119,6 +124,7 @@ def endpoint_out(endpoint: Endpoint) -> dict:
         "max_in_flight": endpoint.max_in_flight,
         "in_flight_cap": endpoint.in_flight_cap,
         "fixed_max_in_flight": endpoint.fixed_max_in_flight,
+        "adapts_concurrency": endpoint.adapts_concurrency,
         "retry_max_in_flight": endpoint.retry_max_in_flight,
         "rate_limit_per_second": float(rate) if rate else None,
         "timeout_seconds": endpoint.timeout_seconds,

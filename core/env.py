@@ -43,6 +43,22 @@ def env_bool(name: str, default: bool) -> bool:
     return _read(name, default, parse, "one of true/false, 1/0, yes/no, on/off")
 
 
+def env_choice(name: str, default: str, choices: dict[str, str]) -> str:
+    """One of `choices`' values, named by any of its keys (case-insensitive): several
+    spellings may mean one value (a setting that was a boolean keeps its old ones)."""
+
+    def parse(raw: str) -> str:
+        if raw.lower() not in choices:
+            raise ValueError(raw)
+        return choices[raw.lower()]
+
+    spellings: dict[str, list[str]] = {}
+    for spelling, value in choices.items():
+        spellings.setdefault(value, []).append(spelling)
+    expected = "one of " + "; ".join("/".join(names) for names in spellings.values())
+    return _read(name, default, parse, expected)
+
+
 def env_int(
     name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
 ) -> int:

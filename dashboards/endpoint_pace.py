@@ -73,15 +73,24 @@ def _overloads(minute: MinuteAnswers) -> str:
     )
 
 
+def backoff_reason(state: Backoff) -> str | None:
+    """Why its adaptive limit last backed off: "latency" (its answers slowed against its
+    baseline) or "overload" (they said it was past its capacity); None before any."""
+    if state.backed_off_at is None:
+        return None
+    return "overload" if state.backed_off_latency_ms is None else "latency"
+
+
 def last_move(state: Backoff, now: datetime, tz: tzinfo | None) -> str:
     """Why its adaptive limit last went down, in a sentence (or that it has not)."""
-    if state.backed_off_at is None:
+    reason = backoff_reason(state)
+    if reason is None:
         return "It has not backed off: it grows while answers stay fast and successful."
     at = clock(datetime.fromtimestamp(state.backed_off_at, UTC), now, tz)
     moved = f"It last backed off at {at}"
     if state.backed_off_from is not None:
         moved = f"It last backed off from {state.backed_off_from:.0f} at {at}"
-    if state.backed_off_latency_ms is not None and state.baseline_ms:
+    if reason == "latency" and state.baseline_ms:
         return (
             f"{moved}: its answers slowed to {state.backed_off_latency_ms:.0f} ms against "
             f"its usual {state.baseline_ms:.0f} ms."

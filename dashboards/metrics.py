@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import REGISTRY, Collector
 
 from dashboards import status
+from dashboards.endpoint_pace import backoff_reason
 from delivery.scheduler import DEFAULT_AGE_BUCKETS, Snapshot, get_scheduler
 from tenants.models import Endpoint, Tenant
 from webhooks import key_hygiene
@@ -302,8 +303,8 @@ def _adaptive_why(snapshot: Snapshot, labels: dict[int, str]) -> Iterator[Metric
         for which, value in (("recent", row.latency_ms), ("baseline", row.baseline_ms)):
             if value:  # none measured yet
                 latency.add_metric([label, which], value / 1000)
-        if row.backed_off_at is not None:
-            reason = "latency" if row.backed_off_latency_ms is not None else "overload"
+        reason = backoff_reason(row)
+        if reason is not None:
             backed_off_at.add_metric([label, reason], row.backed_off_at)
             if row.backed_off_from is not None:
                 backed_off_from.add_metric([label, reason], row.backed_off_from)

@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from core import redis_connection
 from core.env import (
     env_bool,
+    env_choice,
     env_float,
     env_float_list,
     env_int,
@@ -300,9 +301,19 @@ RETRY_SCHEDULE_SECONDS = env_float_list(
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2)
 RETRY_AFTER_MAX_SECONDS = env_float("RETRY_AFTER_MAX_SECONDS", 36000)
 ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100, minimum=1)
-# Each endpoint's in-flight limit adapts between 1 and its max_in_flight to how it answers
-# (docs/SCHEDULER.md, "Adaptive limits"); off: max_in_flight is the limit, fixed.
-DELIVERY_ADAPTIVE_CONCURRENCY = env_bool("DELIVERY_ADAPTIVE_CONCURRENCY", False)
+# Whose in-flight limit adapts to how it answers, between 1 and its cap (docs/SCHEDULER.md,
+# "Adaptive limits"): "uncapped", the endpoints without a cap of their own (nobody stated
+# their capacity); "all", every endpoint, a set cap being its ceiling; "off", none (each
+# cap is the limit, fixed). An endpoint with fixed_max_in_flight never adapts.
+DELIVERY_ADAPTIVE_CONCURRENCY = env_choice(
+    "DELIVERY_ADAPTIVE_CONCURRENCY",
+    "uncapped",
+    {
+        "uncapped": "uncapped",
+        **dict.fromkeys(("all", "true", "1", "yes", "on"), "all"),
+        **dict.fromkeys(("off", "false", "0", "no", "none"), "off"),
+    },
+)
 # The cap of an endpoint without one of its own (an empty max_in_flight): fixed, or, where
 # limits adapt, the ceiling its limit grows to. A receiver's capacity is unknown, so the
 # fixed one stays small; the adaptive limit starts low and backs off on its own.

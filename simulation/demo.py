@@ -6,7 +6,8 @@
   the scheduler paces it to its fair share and its backlog shows on every page.
 * bravo's endpoint fails half the time: retries, mostly recovered.
 * charlie's second endpoint always answers 500: retries, then dead letters to replay.
-* delta's endpoint hangs: it holds its cap (2 requests) and nothing more.
+* delta's endpoint hangs: it has no cap of its own, so its limit adapts, and each round of
+  timeouts halves it, down to one request (plus one retry) held and nothing more.
 """
 
 import secrets
@@ -38,7 +39,11 @@ ENDPOINTS: dict[str, list[tuple[str, str, dict]]] = {
         ("broken/charlie", "Always 500: dead letters to replay", {}),
     ],
     "delta-shop.example": [
-        ("hang/delta", "Hangs: holds its cap of 2, nothing more", {"timeout_seconds": 10}),
+        (
+            "hang/delta",
+            "Hangs: its limit backs off to one request, nothing more",
+            {"timeout_seconds": 10},
+        ),
     ],
     # A cap above the demo worker's slots: what paces big-shop is its fair share of the
     # worker, not its endpoint (the overview then says "paced", not "at its cap").

@@ -25,7 +25,7 @@ from simulation.receiver import Receiver
 from simulation.report import SPLIT, Observed, summarize
 from simulation.scenarios import BUILDERS, RunSpec, Setup
 from simulation.traffic import Publisher
-from tenants.models import Tenant
+from tenants.models import ADAPT_ALL, ADAPT_NONE, Tenant
 from webhooks.models import Event, Source
 
 MARKER_SOURCE = "simulate-marker"  # a database holding this source is the simulation's
@@ -98,7 +98,7 @@ def execute(
     with override_settings(
         SCHEDULER_MODE=spec.mode,
         SCHEDULER_SHARDS=spec.shards,
-        DELIVERY_ADAPTIVE_CONCURRENCY=spec.adaptive,
+        DELIVERY_ADAPTIVE_CONCURRENCY=adaptive_setting(spec),
     ):
         reset_scheduler()  # the publisher's enqueue must use the workers' mode and shards
         _empty_database()
@@ -152,6 +152,12 @@ def claim_schedule(scheduler: Scheduler | ShardedScheduler) -> None:
         shard.clear()
 
 
+def adaptive_setting(spec: RunSpec) -> str:
+    """A run's DELIVERY_ADAPTIVE_CONCURRENCY: every endpoint's limit adapts, or none does
+    (what each scenario's endpoints are for is stated by its builder, cap or none)."""
+    return ADAPT_ALL if spec.adaptive else ADAPT_NONE
+
+
 def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dict[str, str]:
     """The settings a run's workers get on top of the simulation's stores: the same
     mode and shards as the publisher in this process, else they would pick from keys
@@ -159,7 +165,7 @@ def worker_settings(spec: RunSpec, options: dict[str, Any], setup: Setup) -> dic
     return {
         "SCHEDULER_MODE": spec.mode,
         "SCHEDULER_SHARDS": str(spec.shards),
-        "DELIVERY_ADAPTIVE_CONCURRENCY": "1" if spec.adaptive else "0",
+        "DELIVERY_ADAPTIVE_CONCURRENCY": adaptive_setting(spec),
         "DELIVERY_CONCURRENCY": str(options["slots"]),
         **schedule_env(options),
         **setup.worker_env,

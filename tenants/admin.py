@@ -164,9 +164,10 @@ class EndpointAdmin(admin.ModelAdmin):
 
     @admin.display(description="max in flight", ordering="max_in_flight")
     def cap(self, obj: Endpoint) -> str:
+        adapts = " (adapts)" if obj.adapts_concurrency else ""
         if obj.max_in_flight:
-            return str(obj.max_in_flight)
-        return f"{obj.in_flight_cap} (platform)"
+            return f"{obj.max_in_flight}{adapts}"
+        return f"{obj.in_flight_cap} (platform{', adapts' if adapts else ''})"
 
     @admin.display(description="Deliveries")
     def deliveries_link(self, obj: Endpoint) -> str:

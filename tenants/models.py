@@ -14,6 +14,9 @@ from core import operational
 from core.signatures import standard_webhooks_key
 from tenants import signals
 
+# DELIVERY_ADAPTIVE_CONCURRENCY's values: whose in-flight limits adapt to how they answer
+# (none, the endpoints without a cap of their own, or all).
+ADAPT_NONE, ADAPT_UNCAPPED, ADAPT_ALL = "off", "uncapped", "all"
 WEIGHT_CHOICES = [(1, "1 - standard"), (2, "2 - double"), (4, "4 - quadruple"), (8, "8 - octuple")]
 
 
@@ -140,16 +143,18 @@ class Endpoint(models.Model):
         default=None,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
         help_text="Concurrency cap: at most this many requests open to this endpoint at once. "
-        "It bounds the workers a slow endpoint can hold. Empty: the platform's cap "
-        "(DELIVERY_MAX_IN_FLIGHT), or where limits adapt to how endpoints answer, the "
-        "platform's ceiling for them (DELIVERY_ADAPTIVE_CEILING).",
+        "It bounds the workers a slow endpoint can hold. Empty: the platform finds its "
+        "pace, a limit that adapts to how it answers under the platform's ceiling "
+        "(DELIVERY_ADAPTIVE_CEILING), or where limits do not adapt the platform's cap "
+        "(DELIVERY_MAX_IN_FLIGHT). A cap set here is fixed, unless the platform adapts "
+        "every endpoint (DELIVERY_ADAPTIVE_CONCURRENCY=all): then it is the ceiling.",
     )
     fixed_max_in_flight = models.BooleanField(
         "fixed cap",
         default=False,
         db_default=False,  # rows written by the code before it (a rolling upgrade)
-        help_text="Keep max in flight as this endpoint's limit even where the platform "
-        "adapts limits to how endpoints answer (DELIVERY_ADAPTIVE_CONCURRENCY): for a "
+        help_text="Never adapt this endpoint's limit to how it answers: its cap, or with "
+        "none the platform's fixed cap (DELIVERY_MAX_IN_FLIGHT), is its limit. For a "
         "receiver whose capacity is known.",
     )
     rate_limit_per_second = models.DecimalField(
@@ -246,16 +251,24 @@ class Endpoint(models.Model):
 
     @property
     def adapts_concurrency(self) -> bool:
-        """Whether its in-flight limit adapts under max_in_flight (the platform's setting,
-        unless an operator fixed this endpoint's cap)."""
-        return settings.DELIVERY_ADAPTIVE_CONCURRENCY and not self.fixed_max_in_flight
+        """Whether its in-flight limit adapts under its cap (the platform's setting, unless
+        an operator fixed this endpoint's cap)."""
+        return self.adapts_with(self.max_in_flight, fixed=self.fixed_max_in_flight)
 
     @staticmethod
-    def cap_for(max_in_flight: int | None, *, fixed: bool) -> int:
+    def adapts_with(max_in_flight: int | None, *, fixed: bool) -> bool:
+        """adapts_concurrency for these values of max_in_flight and fixed_max_in_flight."""
+        mode = settings.DELIVERY_ADAPTIVE_CONCURRENCY
+        if fixed or mode == ADAPT_NONE:
+            return False
+        return mode == ADAPT_ALL or not max_in_flight
+
+    @classmethod
+    def cap_for(cls, max_in_flight: int | None, *, fixed: bool) -> int:
         """in_flight_cap for these values of max_in_flight and fixed_max_in_flight."""
         if max_in_flight:
             return max_in_flight
-        if settings.DELIVERY_ADAPTIVE_CONCURRENCY and not fixed:
+        if cls.adapts_with(None, fixed=fixed):
             return settings.DELIVERY_ADAPTIVE_CEILING
         return settings.DELIVERY_MAX_IN_FLIGHT
 

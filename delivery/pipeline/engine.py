@@ -50,6 +50,7 @@ from delivery.pipeline.attempt_trace import AttemptTrace
 from delivery.pipeline.curl_loop import CurlLoop
 from delivery.pipeline.transport import Transport
 from delivery.scheduler import EndpointAnswers, Lease, Scheduler, get_scheduler
+from tenants.models import ADAPT_NONE
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
@@ -138,7 +139,9 @@ class DeliveryEngine:
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
         # Lease, _Answer, _Pause or _STOP
         self._answered: queue.SimpleQueue = queue.SimpleQueue()
-        self._adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY
+        # Whether any endpoint's limit may adapt: then answers go to the scheduler, which
+        # moves the limits of the endpoints that adapt and ignores the others'.
+        self._adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY != ADAPT_NONE
         self._feeder: threading.Thread | None = None
         self._loop: threading.Thread | None = None
         self._recorder: threading.Thread | None = None

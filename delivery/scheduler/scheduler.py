@@ -368,18 +368,12 @@ class Scheduler:
         )
         if reply["in_flight"] is None:
             return None
-        number = {name: None if value is None else float(value) for name, value in reply.items()}
         return EndpointState(
-            in_flight=int(number["in_flight"]),
-            max_in_flight=int(number["max_in_flight"]),
-            retry_budget=number["retry_budget"] or 0.0,
-            retry_budget_cap=number["retry_budget_cap"] or 0.0,
-            adaptive_limit=number["adaptive_limit"],
-            latency_ms=number["latency_ms"],
-            baseline_ms=number["baseline_ms"],
-            backed_off_at=number["backed_off_at"],
-            backed_off_from=number["backed_off_from"],
-            backed_off_latency_ms=number["backed_off_latency_ms"],
+            in_flight=int(float(reply["in_flight"])),
+            max_in_flight=int(float(reply["max_in_flight"])),
+            retry_budget=snapshot.optional(reply["retry_budget"]) or 0.0,
+            retry_budget_cap=snapshot.optional(reply["retry_budget_cap"]) or 0.0,
+            **snapshot.adaptive_fields(reply),
         )
 
     def age_histogram(self, buckets: Sequence[float]) -> dict[float, int]:

@@ -5,7 +5,7 @@ from typing import Any
 
 from . import protocol
 from .keys import tenant_id_of
-from .values import EndpointRow, Snapshot, TenantRow
+from .values import ADAPTIVE_FIELDS, EndpointRow, Snapshot, TenantRow
 
 # Prometheus-style upper bounds (seconds) for the tenants' backlog-age histogram.
 DEFAULT_AGE_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
@@ -91,11 +91,11 @@ def _endpoint_row(row: dict[str, Any]) -> EndpointRow:
         rate_per_second=optional(row["rate"]),
         paused_until=optional(row["paused_until"]),
         rate_limited=bool(row["rate_limited"]),
-        adaptive_limit=optional(row["adaptive_limit"]),
         retry_budget=optional(row["retry_budget"]),
-        latency_ms=optional(row["latency_ms"]),
-        baseline_ms=optional(row["baseline_ms"]),
-        backed_off_at=optional(row["backed_off_at"]),
-        backed_off_from=optional(row["backed_off_from"]),
-        backed_off_latency_ms=optional(row["backed_off_latency_ms"]),
+        **adaptive_fields(row),
     )
+
+
+def adaptive_fields(row: dict[str, Any]) -> dict[str, float | None]:
+    """An adaptive limit's fields from a reply decoded by name (none: its limit is fixed)."""
+    return {name: optional(row[name]) for name in ADAPTIVE_FIELDS}

@@ -49,6 +49,19 @@ class EndpointState:
     backed_off_latency_ms: float | None = None
 
 
+# The fields of an adaptive limit and why it last moved, under the same names in
+# EndpointState, EndpointRow and the Lua replies both come from (adaptive_values in
+# lua/lib.lua).
+ADAPTIVE_FIELDS = (
+    "adaptive_limit",
+    "latency_ms",
+    "baseline_ms",
+    "backed_off_at",
+    "backed_off_from",
+    "backed_off_latency_ms",
+)
+
+
 @dataclass(frozen=True)
 class EndpointAnswers:
     """What one endpoint's answered requests said, summed over one `answered` call: the

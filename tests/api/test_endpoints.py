@@ -198,7 +198,7 @@ def test_stats_count_the_endpoints_recent_attempts(acme) -> None:
 def test_stats_say_the_endpoints_concurrency_and_its_adaptive_limit(
     acme, settings, adaptive
 ) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = adaptive
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all" if adaptive else "off"
     endpoint = make_endpoint(acme, HOOK, max_in_flight=40)
     path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}/stats"
     api = Api(operator_token())
@@ -268,7 +268,7 @@ def test_a_tenant_subscribes_an_endpoint_to_its_operational_events(acme, loopbac
 
 
 def test_an_operator_fixes_an_endpoints_cap_through_the_api(acme, settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     endpoint = make_endpoint(acme, HOOK, max_in_flight=40)
     path = f"/api/v1/tenants/acme/endpoints/{endpoint.pk}"
     api = Api(operator_token())
@@ -286,7 +286,7 @@ def test_an_operator_fixes_an_endpoints_cap_through_the_api(acme, settings) -> N
 def test_an_endpoint_without_a_cap_of_its_own_says_the_platforms(
     acme, loopback_allowed, settings
 ) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     settings.DELIVERY_ADAPTIVE_CEILING, settings.DELIVERY_MAX_IN_FLIGHT = 48, 2
     api = Api(operator_token())
     made = api.post("/api/v1/tenants/acme/endpoints", {"url": HOOK})

@@ -93,7 +93,7 @@ def test_the_last_minutes_overload_answers_say_why_it_backs_off() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_endpoint_page_shows_its_pace_from_the_schedule(client, settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     tenant = make_tenant("pace.example")
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/pace", max_in_flight=20)
     client.force_login(make_user("ada", tenant=tenant, role=Membership.ADMIN))

@@ -204,13 +204,33 @@ def test_an_admin_adds_an_endpoint_with_the_admins_ssrf_rules(client, settings, 
     assert made.redirect_chain[0][1] == 303 and made.status_code == 200
     endpoint = Endpoint.objects.get(url=PUBLIC_URL)
     assert endpoint.tenant == shop["a"] and endpoint.max_in_flight is None
-    assert endpoint.in_flight_cap == 2  # the platform's
+    # The platform's: a limit that adapts to how it answers, under the platform's ceiling.
+    assert (
+        endpoint.adapts_concurrency and endpoint.in_flight_cap == settings.DELIVERY_ADAPTIVE_CEILING
+    )
     assert endpoint.event_types == "order.created, order.paid"
     secret = endpoint.secrets.get().secret
     assert secret in made.content.decode()  # shown once, on the page the POST leads to
     entry = AuditEntry.objects.get(action=Action.ENDPOINT_CREATED)
     assert entry.tenant == shop["a"] and entry.actor == shop["admin"]
     assert entry.detail["new"]["url"] == PUBLIC_URL and secret not in json.dumps(entry.detail)
+
+
+def test_the_settings_panel_says_whether_the_limit_adapts_or_the_cap_is_fixed(
+    client, settings, shop
+) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
+    settings.DELIVERY_ADAPTIVE_CEILING, settings.DELIVERY_MAX_IN_FLIGHT = 48, 3
+    client.force_login(shop["admin"])
+    page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()
+    assert "a limit that adapts to how it answers, at most 48 (the platform's ceiling)" in page
+    shop["ep"].max_in_flight = 5
+    shop["ep"].save()
+    page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()
+    assert "Concurrency cap 5:" in page and "adapts" not in page
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "off"
+    page = client.get(url("endpoint", shop["a"], shop["ep2"].pk)).content.decode()
+    assert "Concurrency cap 3 (the platform's):" in page
 
 
 def test_private_destinations_are_accepted_only_when_settings_allow(client, settings, shop):

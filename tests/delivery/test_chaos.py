@@ -317,7 +317,7 @@ def test_a_worker_killed_mid_run_leaves_the_adaptive_limit_in_the_schedule(
     from tests.scheduler_helpers import endpoint_row
 
     settings.ALLOW_PRIVATE_DESTINATIONS = True
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True  # this process enqueues
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"  # this process enqueues
     start, _ = workers
     adaptive = {"DELIVERY_ADAPTIVE_CONCURRENCY": "1", "DELIVERY_CONCURRENCY": "32"}
 

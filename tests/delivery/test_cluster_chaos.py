@@ -58,11 +58,14 @@ def node_of(cluster: RedisCluster, scheduler, shard):
 
 
 def publish_to_every_shard(scheduler, receiver):
-    """Endpoints until every shard has one, and EVENTS events to each: (endpoints, total)."""
+    """Endpoints until every shard has one, and EVENTS events to each: (endpoints, total).
+    Their caps are fixed and small, so each shard's work lasts past the kill (a limit
+    that adapts could race through a shard's work before its master dies)."""
     tenant = make_tenant("acme")
     endpoints = []
     while len({scheduler.shard_for(e.pk).shard for e in endpoints}) < len(scheduler.shards):
-        endpoints.append(make_endpoint(tenant, f"{receiver.url}hook{len(endpoints)}"))
+        url = f"{receiver.url}hook{len(endpoints)}"
+        endpoints.append(make_endpoint(tenant, url, max_in_flight=2))
     for n in range(EVENTS):
         publish(tenant, "order.created", {"n": n})
     return endpoints, EVENTS * len(endpoints)

@@ -441,7 +441,7 @@ def _adaptive_limit(endpoint: Endpoint) -> float:
 
 
 def test_an_adaptive_limit_backs_off_on_503s_from_a_real_endpoint(engine, settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     with Recorder(Reply(503)) as receiver:
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url, max_in_flight=20)
@@ -455,7 +455,7 @@ def test_an_adaptive_limit_backs_off_on_503s_from_a_real_endpoint(engine, settin
 
 
 def test_an_endpoint_with_a_fixed_cap_keeps_it_where_limits_adapt(settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     tenant = make_tenant("acme")
     fixed = make_endpoint(tenant, "http://127.0.0.1:9/fixed", max_in_flight=20)
     fixed.fixed_max_in_flight = True
@@ -470,14 +470,14 @@ def test_an_endpoint_with_a_fixed_cap_keeps_it_where_limits_adapt(settings) -> N
 
 
 def test_an_endpoint_without_a_cap_of_its_own_gets_the_platforms(settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = False
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "off"
     settings.DELIVERY_MAX_IN_FLIGHT, settings.DELIVERY_ADAPTIVE_CEILING = 3, 48
     tenant = make_tenant("acme")
     endpoint = make_endpoint(tenant, "http://127.0.0.1:9/hook")
     assert endpoint.max_in_flight is None
     publish(tenant, "x", {})
     assert endpoint_row(get_scheduler(), endpoint.pk)["m"] == 3  # the fixed cap
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     publish(tenant, "x", {})  # each enqueue refreshes what the schedule knows
     row = endpoint_row(get_scheduler(), endpoint.pk)
     assert (row["m"], row["al"]) == (48, 4)  # the ceiling; the limit starts low under it
@@ -486,8 +486,38 @@ def test_an_endpoint_without_a_cap_of_its_own_gets_the_platforms(settings) -> No
     assert wait_until(lambda: endpoint_row(get_scheduler(), endpoint.pk)["m"] == 20, timeout=5)
 
 
+def test_by_default_an_endpoint_without_a_cap_finds_its_pace_and_a_set_cap_stays_fixed(
+    engine, settings
+) -> None:
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
+    settings.DELIVERY_ADAPTIVE_CEILING = 48
+    with Recorder(Reply(503)) as receiver:
+        tenant = make_tenant("acme")
+        unstated = make_endpoint(tenant, f"{receiver.url}unstated")
+        stated = make_endpoint(tenant, f"{receiver.url}stated", max_in_flight=20)
+        for i in range(10):
+            publish(tenant, "x", {"i": i})
+        assert endpoint_row(get_scheduler(), unstated.pk)["m"] == 48  # the ceiling
+        assert _adaptive_limit(unstated) == 4
+        stated_row = endpoint_row(get_scheduler(), stated.pk)
+        assert (stated_row["m"], stated_row["al"]) == (20, 0)  # its cap is its limit
+        engine()
+        stated_limits = []
+
+        def backed_off() -> bool:
+            stated_limits.append(_adaptive_limit(stated))
+            return _adaptive_limit(unstated) == 1
+
+        # The engine sends the answers, and only the one that adapts moves.
+        assert wait_until(backed_off, timeout=10)
+        assert set(stated_limits) == {0}
+    unstated.max_in_flight = 10
+    unstated.save()  # a cap typed in is fixed from now on: its limit is forgotten
+    assert wait_until(lambda: _adaptive_limit(unstated) == 0, timeout=5)
+
+
 def test_an_adaptive_limit_grows_on_fast_answers_from_a_real_endpoint(engine, settings) -> None:
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     with Recorder(Reply(200, delay=0.02)) as receiver:
         tenant = make_tenant("acme")
         endpoint = make_endpoint(tenant, receiver.url, max_in_flight=20)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from core.env import env_bool, env_float_list, env_int, env_list
+from core.env import env_bool, env_choice, env_float_list, env_int, env_list
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +39,7 @@ def run_check(**env: str) -> subprocess.CompletedProcess:
         ("RETRY_SCHEDULE_SECONDS", "5,,10"),
         ("ALLOWED_HOSTS", "a,,b"),
         ("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto: https"),
+        ("DELIVERY_ADAPTIVE_CONCURRENCY", "some"),
     ],
 )
 def test_malformed_setting_stops_startup_naming_the_variable(name: str, value: str) -> None:
@@ -64,6 +65,18 @@ def test_bool_reader_accepts_the_usual_spellings(monkeypatch: pytest.MonkeyPatch
     ]:
         monkeypatch.setenv("X_FLAG", raw)
         assert env_bool("X_FLAG", not expected) is expected
+
+
+def test_choice_reader_takes_each_spelling_and_names_them_all_when_wrong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    choices = {"uncapped": "uncapped", "true": "all", "all": "all", "0": "off"}
+    for raw, expected in [("ALL", "all"), ("true", "all"), ("Uncapped", "uncapped"), ("0", "off")]:
+        monkeypatch.setenv("X_MODE", raw)
+        assert env_choice("X_MODE", "off", choices) == expected
+    monkeypatch.setenv("X_MODE", "some")
+    with pytest.raises(ImproperlyConfigured, match="one of uncapped; true/all; 0"):
+        env_choice("X_MODE", "off", choices)
 
 
 def test_unset_or_blank_values_fall_back_to_the_default(monkeypatch: pytest.MonkeyPatch) -> None:

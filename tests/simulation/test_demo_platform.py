@@ -2,6 +2,7 @@
 with a real backlog, retries and dead letters exist, and the terminal stays readable."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,9 +117,20 @@ def test_the_demo_shows_pacing_retries_and_dead_letters_within_150_s(tmp_path) -
     for login in ("user big ", "user charlie ", "user alpha "):
         assert login in text
     assert "dead letters to replay" in text
-    # The status line's words match its figures: a hung endpoint holds its cap plus its
-    # retry slot, and the flood follows the deliveries rather than one announced rate.
-    assert "delta (hangs)" in text and "(cap 2 + 1 for retries)" in text
+    # The status line's words match its figures: a hung endpoint with no cap of its own
+    # has its limit backed off by the timeouts, to one request plus its retry slot and
+    # nothing more; the flood follows the deliveries rather than one announced rate.
+    hung = [
+        (int(held), int(limit))
+        for held, limit in re.findall(
+            r"delta \(hangs\) (\d+) in flight \(adaptive limit (\d+) of 64 \+ 1 for retries\)",
+            text,
+        )
+    ]
+    assert hung, text[-3000:]
+    # It never answers, so its limit never grows past where a new one starts.
+    assert max(limit for _, limit in hung) <= 4, hung
+    assert hung[-1][1] == 1 and hung[-1][0] <= 2, hung
     assert "x what is delivered" in text
     assert "Stopping the platform" in text
     assert "stopped unexpectedly" not in text

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def platform(settings):
     settings.DELIVERY_MAX_IN_FLIGHT, settings.DELIVERY_ADAPTIVE_CEILING = 3, 48
-    settings.DELIVERY_ADAPTIVE_CONCURRENCY = False
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "off"
     return settings
 
 
@@ -23,10 +23,24 @@ def test_the_cap_that_applies_is_its_own_or_the_platforms(platform) -> None:
     none = Endpoint()
     assert none.max_in_flight is None
     assert (own.in_flight_cap, none.in_flight_cap) == (20, 3)
-    platform.DELIVERY_ADAPTIVE_CONCURRENCY = True
+    assert not own.adapts_concurrency and not none.adapts_concurrency
+    platform.DELIVERY_ADAPTIVE_CONCURRENCY = "all"
     assert (own.in_flight_cap, none.in_flight_cap) == (20, 48)
+    assert own.adapts_concurrency and none.adapts_concurrency
     # A fixed cap does not adapt, so the platform's fixed cap is the one it gets.
     assert Endpoint(fixed_max_in_flight=True).in_flight_cap == 3
+    assert not Endpoint(fixed_max_in_flight=True).adapts_concurrency
+
+
+def test_by_default_only_an_endpoint_without_a_cap_of_its_own_adapts(platform) -> None:
+    platform.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
+    own, none = Endpoint(max_in_flight=20), Endpoint()
+    # A cap someone typed is their statement of the receiver's capacity: kept, fixed.
+    assert (own.in_flight_cap, own.adapts_concurrency) == (20, False)
+    # Nobody stated this one's: its limit finds its pace under the ceiling.
+    assert (none.in_flight_cap, none.adapts_concurrency) == (48, True)
+    fixed = Endpoint(fixed_max_in_flight=True)
+    assert (fixed.in_flight_cap, fixed.adapts_concurrency) == (3, False)
 
 
 def test_the_admin_leaves_the_cap_empty_and_lists_the_platforms(platform, staff_client) -> None:
@@ -36,6 +50,9 @@ def test_the_admin_leaves_the_cap_empty_and_lists_the_platforms(platform, staff_
     assert Endpoint.objects.get().max_in_flight is None
     listing = staff_client.get(reverse("admin:tenants_endpoint_changelist")).content.decode()
     assert "3 (platform)" in listing
+    platform.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
+    listing = staff_client.get(reverse("admin:tenants_endpoint_changelist")).content.decode()
+    assert "48 (platform, adapts)" in listing  # a ceiling, the limit under it moves
 
 
 def test_the_admin_refuses_a_retry_cap_over_the_platforms_cap(platform, staff_client) -> None:

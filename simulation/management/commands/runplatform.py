@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from core.env import env_bool
-from delivery.scheduler import get_scheduler
+from delivery.scheduler import EndpointRow, get_scheduler
 from delivery.upkeep import maintenance
 from simulation import demo
 from tenants.models import Endpoint, Tenant
@@ -171,7 +171,10 @@ class Command(BaseCommand):
             )
             + f" | alpha/bravo oldest {max(quiet, default=0.0):.1f}s"
             + f" | charlie's failing endpoint: {failing.retry + failing.delayed if failing else 0:,} retries waiting"
-            + f" | delta (hangs) {hung.in_flight if hung else 0} in flight{_caps_of(demo.QUIET_TENANTS[3])}"
+            + f" | delta (hangs) {hung.in_flight if hung else 0} in flight"
+            + _limits_of(
+                demo.QUIET_TENANTS[3], {row.endpoint_id: row for row in snapshot.endpoints}
+            )
             + f" | retries {counters.get('retry', 0):,} | dead letters {counters.get('dead', 0):,}"
         )
         self.stdout.flush()
@@ -208,13 +211,19 @@ class Command(BaseCommand):
         # manage.py (project.launch) as it exits.
 
 
-def _caps_of(tenant_key: str) -> str:
-    """ " (cap 2 + 1 for retries)": a retry has a slot of its own beside the cap, so a hung
-    endpoint holds up to both."""
-    caps = [
-        (endpoint.in_flight_cap, endpoint.retry_max_in_flight)
-        for endpoint in Endpoint.objects.filter(tenant__key=tenant_key)
-    ]
-    fresh = sum(c for c, _ in caps)
-    retry = sum(r for _, r in caps)
-    return f" (cap {fresh} + {retry} for retries)" if caps else ""
+def _limits_of(tenant_key: str, rows: dict[int, EndpointRow]) -> str:
+    """ " (cap 2 + 1 for retries)", or where limits adapt " (adaptive limit 1 of 64 + 1 for
+    retries)" from the snapshot's `rows` by endpoint: a retry has a slot of its own beside
+    the limit, so a hung endpoint holds up to both."""
+    endpoints = list(Endpoint.objects.filter(tenant__key=tenant_key))
+    if not endpoints:
+        return ""
+    caps = sum(endpoint.in_flight_cap for endpoint in endpoints)
+    retry = sum(endpoint.retry_max_in_flight for endpoint in endpoints)
+    if not any(endpoint.adapts_concurrency for endpoint in endpoints):
+        return f" (cap {caps} + {retry} for retries)"
+    if not all(endpoint.pk in rows for endpoint in endpoints):
+        # The schedule holds nothing of one yet: its limit starts anew with its next request.
+        return f" (adaptive limit, at most {caps}, + {retry} for retries)"
+    limits = sum(rows[endpoint.pk].in_flight_limit for endpoint in endpoints)
+    return f" (adaptive limit {limits} of {caps} + {retry} for retries)"

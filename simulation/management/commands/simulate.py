@@ -117,7 +117,7 @@ class Command(BaseCommand):
         runs.add_argument(
             "--adaptive",
             action="store_true",
-            help="the fair runs with DELIVERY_ADAPTIVE_CONCURRENCY on and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
+            help="the fair runs with DELIVERY_ADAPTIVE_CONCURRENCY=all (the other runs: off) and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
         )
         runs.add_argument(
             "--shards",
