@@ -1,7 +1,10 @@
 """Shared fixtures: a real Redis database of its own, and the real database via pytest-django."""
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -223,3 +226,22 @@ def staff_client(client):
 
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     return client
+
+
+@pytest.fixture(scope="session")
+def localhost_cert(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for the name localhost (made with the openssl CLI)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=localhost"),
+            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -48,6 +49,14 @@ class Reply:
     body: bytes = b"ok"
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to wait before answering, as a slow endpoint would
+
+
+def tls_context(cert: Path, key: Path, server_names: list[str | None]) -> ssl.SSLContext:
+    """A server's TLS context for `cert`, noting each handshake's server name (SNI)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda _sock, name, _context: server_names.append(name)
+    return context
 
 
 def redirect_to(url: str, status: int = 302) -> Reply:

@@ -384,8 +384,11 @@ class DeliveryEngine:
         sent = finished.sent
         if sent is not None and self._adaptive:
             result = sent.result
+            # The receiver's own time where libcurl has it: a limit that grows opens new
+            # connections, and their handshakes must not read as the receiver slowing.
+            latency_ms = result.duration_ms if result.answer_ms is None else result.answer_ms
             self._answered.put(
-                _Answer(delivery.endpoint_id, sending.overloaded(result), result.duration_ms)
+                _Answer(delivery.endpoint_id, sending.overloaded(result), latency_ms)
             )
         until = sending.pause_until(sent)
         if until is not None:

@@ -97,6 +97,10 @@ class HttpResult:
     error_kind: str  # "" or one of ERROR_KINDS
     response_excerpt: str  # the first response_cap_bytes of the body, decoded
     retry_after_seconds: float | None  # Retry-After as seconds from now, None if absent/invalid
+    # The receiver's own time: from the request sent to the answer's first byte, without
+    # setting up the connection (DNS, TCP, TLS), which a new connection pays and a reused
+    # one does not. None without an answer.
+    answer_ms: float | None = None
 
 
 class _InvalidURL(ValueError):
@@ -325,8 +329,20 @@ class Exchange:
                 if status is not None
                 else None
             ),
+            answer_ms=self._answer_ms() if status is not None else None,
         )
         return self.result
+
+    def _answer_ms(self) -> float | None:
+        """libcurl's time to the first byte less its time to the request's start (after
+        the connection and its TLS were ready); None when it has no such figures."""
+        if self.handle is None:
+            return None
+        ready = self.handle.getinfo(pycurl.PRETRANSFER_TIME)
+        first_byte = self.handle.getinfo(pycurl.STARTTRANSFER_TIME)
+        if first_byte <= 0 or first_byte < ready:
+            return None
+        return (first_byte - ready) * 1000
 
     def _redirect_note(self) -> str:
         """For a redirect, where it pointed, since it is not followed (a receiver that

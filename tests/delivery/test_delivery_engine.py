@@ -19,7 +19,7 @@ from ingest.publish import publish
 from tenants.models import Endpoint, EndpointSecret
 from tests.delivery_helpers import statuses, wait_until
 from tests.factories import make_endpoint, make_tenant
-from tests.http_receivers import Recorder, Reply
+from tests.http_receivers import Recorder, Reply, tls_context
 from tests.scheduler_helpers import endpoint_row
 from webhooks.models import Event
 
@@ -514,6 +514,41 @@ def test_by_default_an_endpoint_without_a_cap_finds_its_pace_and_a_set_cap_stays
     unstated.max_in_flight = 10
     unstated.save()  # a cap typed in is fixed from now on: its limit is forgotten
     assert wait_until(lambda: _adaptive_limit(unstated) == 0, timeout=5)
+
+
+def test_new_connections_handshakes_do_not_read_as_the_receiver_slowing(
+    engine, settings, localhost_cert
+) -> None:
+    """A limit that grows opens new connections, and far away their TLS handshakes take
+    round trips a reused connection does not: the limit moves on the receiver's own time
+    (answer_ms), or each step up would read as the receiver slowing and back it off."""
+    settings.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
+    settings.DELIVERY_ADAPTIVE_CEILING = 16
+    handshakes = []
+
+    def slow_handshake(_sock, name, _context) -> None:
+        handshakes.append(name)
+        time.sleep(0.15)
+
+    context = tls_context(*localhost_cert, [])
+    context.sni_callback = slow_handshake
+    with Recorder(Reply(delay=0.02), ssl_context=context) as receiver:
+        tenant = make_tenant("acme")
+        endpoint = make_endpoint(tenant, f"https://localhost:{receiver.port}/")
+        running = engine(concurrency=32)
+        running.transport.ca_certs = str(localhost_cert[0])  # the receiver's own certificate
+        for i in range(120):
+            publish(tenant, "x", {"i": i})
+        rows = []
+
+        def all_delivered() -> bool:
+            rows.append(endpoint_row(get_scheduler(), endpoint.pk))
+            return statuses() == {Delivery.Status.DELIVERED: 120}
+
+        assert wait_until(all_delivered, timeout=30), statuses()
+    assert len(handshakes) > 4  # it grew past the first connections
+    assert max(row.get("al", 0) for row in rows) > 4
+    assert all(row.get("lt", 0) == 0 for row in rows), rows  # never backed off
 
 
 def test_an_adaptive_limit_grows_on_fast_answers_from_a_real_endpoint(engine, settings) -> None:

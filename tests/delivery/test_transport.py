@@ -2,14 +2,10 @@
 outcome becomes an HttpResult, on a handle alone or inside a CurlMulti."""
 
 import contextlib
-import shutil
-import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
-from pathlib import Path
 
 import certifi
 import pycurl
@@ -27,6 +23,7 @@ from tests.http_receivers import (
     Reply,
     TricklingServer,
     redirect_to,
+    tls_context,
     unused_port,
 )
 
@@ -345,45 +342,40 @@ def test_nothing_is_retried_even_when_the_connection_drops(pool):
     assert len(endpoint.connections) == 1
 
 
-@pytest.fixture(scope="module")
-def localhost_cert(tmp_path_factory) -> tuple[Path, Path]:
-    """A self-signed certificate for the name localhost (made with the openssl CLI)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-nodes", "-days", "1", "-subj", "/CN=localhost"),
-            *("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
-            *("-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-def _tls_context(cert: Path, key: Path, server_names: list[str | None]) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    context.sni_callback = lambda _sock, name, _context: server_names.append(name)
-    return context
-
-
 def test_https_through_the_guard_sends_sni_and_verifies_the_host_name(localhost_cert):
     server_names: list[str | None] = []
     pool = transport.Transport(
         max_idle_handles=1, allow_private=True, ca_certs=str(localhost_cert[0])
     )
-    with Recorder(ssl_context=_tls_context(*localhost_cert, server_names)) as endpoint:
+    with Recorder(ssl_context=tls_context(*localhost_cert, server_names)) as endpoint:
         result = post(pool, f"https://localhost:{endpoint.port}/")
     assert (result.status_code, result.error_kind) == (200, "")
     assert server_names == ["localhost"]
 
 
+def test_the_answers_own_time_leaves_out_the_connection_and_its_handshake(localhost_cert):
+    """An adaptive limit reads answer_ms: a new connection's set-up (slow here, as across
+    an ocean) is not the receiver slowing down."""
+
+    def slow_handshake(_sock, _name, _context) -> None:
+        time.sleep(0.4)
+
+    context = tls_context(*localhost_cert, [])
+    context.sni_callback = slow_handshake
+    pool = transport.Transport(
+        max_idle_handles=1, allow_private=True, ca_certs=str(localhost_cert[0])
+    )
+    with Recorder(Reply(delay=0.05), Reply(delay=0.05), ssl_context=context) as endpoint:
+        first = post(pool, f"https://localhost:{endpoint.port}/")
+        again = post(pool, f"https://localhost:{endpoint.port}/")  # the connection reused
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert first.duration_ms >= 400 and again.duration_ms < 400
+    for result in (first, again):
+        assert 50 <= result.answer_ms < 300, (first, again)
+
+
 def test_an_untrusted_certificate_is_a_tls_failure(pool, localhost_cert):
-    with Recorder(ssl_context=_tls_context(*localhost_cert, [])) as endpoint:
+    with Recorder(ssl_context=tls_context(*localhost_cert, [])) as endpoint:
         result = post(pool, f"https://localhost:{endpoint.port}/")
         assert endpoint.requests == []
     assert (result.status_code, result.error_kind) == (None, transport.TLS)
