@@ -33,9 +33,12 @@ def pace_lines(
     now: datetime,
     tz: tzinfo | None,
     minute: MinuteAnswers | None = None,
+    *,
+    own_cap: bool = True,
 ) -> list[str]:
     """Sentences a customer can read; with nothing of it in the schedule, that and the
-    minute's overload answers, if any."""
+    minute's overload answers, if any. `own_cap`: the cap is the endpoint's own, not the
+    platform's (for an endpoint without one, its ceiling or its fixed cap)."""
     overloads = [_overloads(minute)] if minute and minute.overloaded else []
     if state is None:
         return ["Nothing is queued or in flight for it now.", *overloads]
@@ -44,12 +47,14 @@ def pace_lines(
     limit = min(cap, max(1, math.floor(state.adaptive_limit))) if adaptive else cap
     lines = [f"{state.in_flight} of {count_phrase(limit, 'request')} open at once now."]
     if adaptive:
+        under = f"its cap of {cap}" if own_cap else f"the platform's ceiling of {cap}"
         lines.append(
-            f"Its limit adapts to how it answers: {limit} now, under its cap of {cap}. "
+            f"Its limit adapts to how it answers: {limit} now, under {under}. "
             + last_move(state, now, tz)
         )
     else:
-        lines.append(f"Its cap of {cap} is fixed (set by the platform's operators).")
+        whose = "Its cap" if own_cap else "The platform's cap"
+        lines.append(f"{whose} of {cap} is fixed (set by the platform's operators).")
     lines += overloads
     lines.append(_retry_budget(state))
     return lines

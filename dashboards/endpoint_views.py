@@ -114,7 +114,13 @@ def _pace(endpoint: Endpoint, minute: MinuteAnswers) -> list[str]:
         state = get_scheduler().endpoint_state(endpoint.pk)
     except redis.RedisError:
         return []
-    return pace_lines(state, timezone.now(), timezone.get_current_timezone(), minute)
+    return pace_lines(
+        state,
+        timezone.now(),
+        timezone.get_current_timezone(),
+        minute,
+        own_cap=endpoint.max_in_flight is not None,
+    )
 
 
 def _detail(

@@ -63,6 +63,15 @@ def test_a_limit_that_backed_off_on_an_overload_says_so() -> None:
     )
 
 
+def test_without_a_cap_of_its_own_the_platforms_is_named() -> None:
+    adapting = pace_lines(state(adaptive_limit=8, max_in_flight=64), NOW, UTC, own_cap=False)
+    assert adapting[1].startswith(
+        "Its limit adapts to how it answers: 8 now, under the platform's ceiling of 64."
+    )
+    fixed = pace_lines(state(max_in_flight=2), NOW, UTC, own_cap=False)
+    assert fixed[1] == "The platform's cap of 2 is fixed (set by the platform's operators)."
+
+
 def test_a_limit_that_never_backed_off_says_it_grows() -> None:
     lines = pace_lines(state(adaptive_limit=8), NOW, UTC)
     assert "It has not backed off" in lines[1]
