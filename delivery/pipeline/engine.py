@@ -50,7 +50,6 @@ from delivery.pipeline.attempt_trace import AttemptTrace
 from delivery.pipeline.curl_loop import CurlLoop
 from delivery.pipeline.transport import Transport
 from delivery.scheduler import EndpointAnswers, Lease, Scheduler, get_scheduler
-from tenants.models import ADAPT_NONE
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 2.0
@@ -139,9 +138,6 @@ class DeliveryEngine:
         self._finished: queue.SimpleQueue = queue.SimpleQueue()  # sending.Finished or _STOP
         # Lease, _Answer, _Pause or _STOP
         self._answered: queue.SimpleQueue = queue.SimpleQueue()
-        # Whether any endpoint's limit may adapt: then answers go to the scheduler, which
-        # moves the limits of the endpoints that adapt and ignores the others'.
-        self._adaptive = settings.DELIVERY_ADAPTIVE_CONCURRENCY != ADAPT_NONE
         self._feeder: threading.Thread | None = None
         self._loop: threading.Thread | None = None
         self._recorder: threading.Thread | None = None
@@ -382,7 +378,9 @@ class DeliveryEngine:
             if trace is not None:
                 trace.answered(finished)
         sent = finished.sent
-        if sent is not None and self._adaptive:
+        # Only an endpoint whose limit adapts is told of: the scheduler would read any
+        # other's row for nothing.
+        if sent is not None and delivery.endpoint.adapts_concurrency:
             result = sent.result
             # The receiver's own time where libcurl has it: a limit that grows opens new
             # connections, and their handshakes must not read as the receiver slowing.

@@ -33,6 +33,8 @@ _LOADED_FIELDS = {
         "id",
         "tenant_id",
         "url",
+        "max_in_flight",  # with fixed_max_in_flight: whether its limit adapts
+        "fixed_max_in_flight",
         "enabled",
         "timeout_seconds",
         "sign_requests",

@@ -487,10 +487,18 @@ def test_an_endpoint_without_a_cap_of_its_own_gets_the_platforms(settings) -> No
 
 
 def test_by_default_an_endpoint_without_a_cap_finds_its_pace_and_a_set_cap_stays_fixed(
-    engine, settings
+    engine, settings, monkeypatch
 ) -> None:
     settings.DELIVERY_ADAPTIVE_CONCURRENCY = "uncapped"
     settings.DELIVERY_ADAPTIVE_CEILING = 48
+    scheduler, told = get_scheduler(), set()
+    answered = scheduler.answered
+
+    def noting_answers(leases, answers=()):
+        told.update(answer.endpoint_id for answer in answers)
+        return answered(leases, answers)
+
+    monkeypatch.setattr(scheduler, "answered", noting_answers)
     with Recorder(Reply(503)) as receiver:
         tenant = make_tenant("acme")
         unstated = make_endpoint(tenant, f"{receiver.url}unstated")
@@ -511,6 +519,8 @@ def test_by_default_an_endpoint_without_a_cap_finds_its_pace_and_a_set_cap_stays
         # The engine sends the answers, and only the one that adapts moves.
         assert wait_until(backed_off, timeout=10)
         assert set(stated_limits) == {0}
+        # Answers go to the scheduler for the endpoint that adapts alone.
+        assert told == {unstated.pk}
     unstated.max_in_flight = 10
     unstated.save()  # a cap typed in is fixed from now on: its limit is forgotten
     assert wait_until(lambda: _adaptive_limit(unstated) == 0, timeout=5)
