@@ -253,7 +253,11 @@ class Endpoint(models.Model):
     def adapts_concurrency(self) -> bool:
         """Whether its in-flight limit adapts under its cap (the platform's setting, unless
         an operator fixed this endpoint's cap)."""
-        return self.adapts_with(self.max_in_flight, fixed=self.fixed_max_in_flight)
+        if not self.adapts_with(self.max_in_flight, fixed=False):
+            return False
+        # Read only where it decides: fixed_max_in_flight's column is younger than
+        # max_in_flight's, and rows of a schema before it are saved through this model too.
+        return not self.fixed_max_in_flight
 
     @staticmethod
     def adapts_with(max_in_flight: int | None, *, fixed: bool) -> bool:
