@@ -44,7 +44,7 @@ def pace_lines(
         return ["Nothing is queued or in flight for it now.", *overloads]
     cap = state.max_in_flight
     adaptive = state.adaptive_limit is not None
-    limit = min(cap, max(1, math.floor(state.adaptive_limit))) if adaptive else cap
+    limit = state.in_flight_limit
     lines = [f"{state.in_flight} of {count_phrase(limit, 'request')} open at once now."]
     if adaptive:
         under = f"its cap of {cap}" if own_cap else f"the platform's ceiling of {cap}"

@@ -13,7 +13,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from core import redis_connection
+from core import adaptive_modes, redis_connection
 from core.env import (
     env_bool,
     env_choice,
@@ -306,13 +306,7 @@ ENDPOINT_DISABLE_AFTER_FAILURES = env_int("ENDPOINT_DISABLE_AFTER_FAILURES", 100
 # their capacity); "all", every endpoint, a set cap being its ceiling; "off", none (each
 # cap is the limit, fixed). An endpoint with fixed_max_in_flight never adapts.
 DELIVERY_ADAPTIVE_CONCURRENCY = env_choice(
-    "DELIVERY_ADAPTIVE_CONCURRENCY",
-    "uncapped",
-    {
-        "uncapped": "uncapped",
-        **dict.fromkeys(("all", "true", "1", "yes", "on"), "all"),
-        **dict.fromkeys(("off", "false", "0", "no", "none"), "off"),
-    },
+    "DELIVERY_ADAPTIVE_CONCURRENCY", adaptive_modes.ADAPT_UNCAPPED, adaptive_modes.SPELLINGS
 )
 # The cap of an endpoint without one of its own (an empty max_in_flight): fixed, or, where
 # limits adapt, the ceiling its limit grows to. A receiver's capacity is unknown, so the

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
+from core.adaptive_modes import ADAPT_ALL, ADAPT_NONE
 from core.redis_cost import NOT_MEASURED, ServerWork, per_delivery, server_work
 from delivery.models import Attempt
 from delivery.pipeline.engine import UNRECORDED_AHEAD
@@ -25,7 +26,7 @@ from simulation.receiver import Receiver
 from simulation.report import SPLIT, Observed, summarize
 from simulation.scenarios import BUILDERS, RunSpec, Setup
 from simulation.traffic import Publisher
-from tenants.models import ADAPT_ALL, ADAPT_NONE, Tenant
+from tenants.models import Tenant
 from webhooks.models import Event, Source
 
 MARKER_SOURCE = "simulate-marker"  # a database holding this source is the simulation's

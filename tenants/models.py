@@ -11,12 +11,10 @@ from django.db import models
 from django.utils import timezone
 
 from core import operational
+from core.adaptive_modes import ADAPT_ALL, ADAPT_NONE
 from core.signatures import standard_webhooks_key
 from tenants import signals
 
-# DELIVERY_ADAPTIVE_CONCURRENCY's values: whose in-flight limits adapt to how they answer
-# (none, the endpoints without a cap of their own, or all).
-ADAPT_NONE, ADAPT_UNCAPPED, ADAPT_ALL = "off", "uncapped", "all"
 WEIGHT_CHOICES = [(1, "1 - standard"), (2, "2 - double"), (4, "4 - quadruple"), (8, "8 - octuple")]
 
 
@@ -243,21 +241,13 @@ class Endpoint(models.Model):
     def in_flight_cap(self) -> int:
         """The most requests open to it at once: its own cap, or else the platform's (the
         adaptive limit's ceiling where its limit adapts)."""
-        if self.max_in_flight:
-            # Nothing else is read: fixed_max_in_flight's column is younger than this
-            # one, and rows of a schema before it are filled through this model too.
-            return self.max_in_flight
-        return self.cap_for(None, fixed=self.fixed_max_in_flight)
+        return self.cap_for(self.max_in_flight, fixed=self.fixed_max_in_flight)
 
     @property
     def adapts_concurrency(self) -> bool:
         """Whether its in-flight limit adapts under its cap (the platform's setting, unless
         an operator fixed this endpoint's cap)."""
-        if not self.adapts_with(self.max_in_flight, fixed=False):
-            return False
-        # Read only where it decides: fixed_max_in_flight's column is younger than
-        # max_in_flight's, and rows of a schema before it are saved through this model too.
-        return not self.fixed_max_in_flight
+        return self.adapts_with(self.max_in_flight, fixed=self.fixed_max_in_flight)
 
     @staticmethod
     def adapts_with(max_in_flight: int | None, *, fixed: bool) -> bool:

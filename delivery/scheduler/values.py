@@ -48,6 +48,19 @@ class EndpointState:
     # The recent latency that was too slow then; None when an overload answer was why.
     backed_off_latency_ms: float | None = None
 
+    @property
+    def in_flight_limit(self) -> int:
+        """The requests it may have open at once (see whole_limit)."""
+        return whole_limit(self.max_in_flight, self.adaptive_limit)
+
+
+def whole_limit(max_in_flight: int, adaptive_limit: float | None) -> int:
+    """The requests an endpoint may have open at once: its cap, or its adaptive limit's
+    whole part under it (lua/lib.lua's in_flight_limit)."""
+    if adaptive_limit is None:
+        return max_in_flight
+    return min(max_in_flight, max(1, math.floor(adaptive_limit)))
+
 
 # The fields of an adaptive limit and why it last moved, under the same names in
 # EndpointState, EndpointRow and the Lua replies both come from (adaptive_values in
@@ -139,11 +152,8 @@ class EndpointRow:
 
     @property
     def in_flight_limit(self) -> int:
-        """The requests it may have open at once: its cap, or its adaptive limit's whole
-        part under it (lua/lib.lua's in_flight_limit)."""
-        if self.adaptive_limit is None:
-            return self.max_in_flight
-        return min(self.max_in_flight, max(1, math.floor(self.adaptive_limit)))
+        """The requests it may have open at once (see whole_limit)."""
+        return whole_limit(self.max_in_flight, self.adaptive_limit)
 
 
 @dataclass(frozen=True)

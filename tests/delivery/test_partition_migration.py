@@ -1,7 +1,7 @@
 """The migration path to time partitions, on a copy with data (PostgreSQL).
 
 A database of its own is migrated to just before the partitions (delivery 0006), filled
-through the ORM the way the platform fills it, then migrated to the end: every row must
+through the ORM with that point's historical models, then migrated to the end: every row must
 still be there and readable, in the legacy partitions, with new rows going to their day,
 attempt ids continuing, idempotency keys still caught across the cut-over, and the keys
 to tenants still enforced.
@@ -32,23 +32,21 @@ django.setup()
 from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
+from django.db.migrations.loader import MigrationLoader
 from core.ids import new_ulid
-from delivery.models import Attempt, Delivery
-from tenants.models import Endpoint, Tenant
-from tests.factories import make_endpoint, make_source, make_tenant
-from webhooks.models import Event, Source
 
-# Today's models, without the columns added after this point of the migrations.
-for model in (Tenant, Endpoint, Source, Event, Delivery, Attempt):
-    with connection.cursor() as cursor:
-        table = connection.introspection.get_table_description(cursor, model._meta.db_table)
-    present = {column.name for column in table}
-    model._meta.local_fields = [f for f in model._meta.local_fields if f.column in present]
-    model._meta._expire_cache()
+# The models as the applied migrations leave them (no column younger than this schema,
+# and no model's methods or signals, which read today's columns).
+loader = MigrationLoader(connection)
+models = loader.project_state(nodes=list(loader.applied_migrations), at_end=True).apps
+Tenant, Endpoint = models.get_model("tenants", "Tenant"), models.get_model("tenants", "Endpoint")
+Source, Event = models.get_model("webhooks", "Source"), models.get_model("webhooks", "Event")
+Delivery = models.get_model("delivery", "Delivery")
+Attempt = models.get_model("delivery", "Attempt")
 
-tenant = make_tenant()
-endpoint = make_endpoint(tenant, max_in_flight=2)  # NOT NULL at this point of the schema
-source = make_source()
+tenant = Tenant.objects.create(key="shop-a.example", name="shop-a.example")
+endpoint = Endpoint.objects.create(tenant=tenant, url="http://127.0.0.1:9/hook", max_in_flight=2)
+source = Source.objects.create(slug="shop", scheme="hmac-sha256", fairness_key="body.shop_id")
 now = timezone.now()
 for n in range(120):
     made = now - timedelta(days=n % 40, minutes=n)
