@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.ids import new_ulid
 from core.redis_cost import server_work
-from delivery.scheduler import FRESH, EndpointAnswers, Item, Lease, Scheduler
+from delivery.scheduler import FRESH, EndpointAnswers, Item, Lease, Scheduler, protocol
 from delivery.scheduler.scheduler import _member
 from tests.private_redis import PrivateRedis
 
@@ -244,6 +244,45 @@ def _other_module(other: Path, name: str) -> ModuleType:
     return importlib.import_module(f"other_scheduler.{name}")
 
 
+# Values of this checkout's arguments that an older protocol may lack, and the value
+# that means what the older scripts did without them.
+UNSAID = {"adaptive": "0"}
+
+
+def _in_older_words(old: ModuleType, name: str, args: list) -> list:
+    """This checkout's arguments to script `name`, repacked by name for the older
+    protocol `old`: a field it lacks is dropped where it holds the UNSAID value, and an
+    answered call's endpoint answers where there are none. Anything else the older
+    scripts could not take is refused, not guessed."""
+    common, own = args[: len(protocol.CALL.fields)], list(args[len(protocol.CALL.fields) :])
+    if name == "enqueue" and old.ITEM.fields != protocol.ITEM.fields:
+        size, packed = len(protocol.ITEM.fields), []
+        for start in range(0, len(own), size):
+            item = dict(zip(protocol.ITEM.fields, own[start : start + size], strict=True))
+            for field in set(item) - set(old.ITEM.fields):
+                if UNSAID.get(field) != item.pop(field):
+                    raise ValueError(f"the older enqueue cannot take {field}")
+            packed += old.ITEM.pack(item)
+        own = packed
+    elif name == "answered" and old.ANSWERED.fields != protocol.ANSWERED.fields:
+        if own[0] != 0:
+            raise ValueError("the older answered takes no endpoint answers")
+        own = own[1:]
+    return [*common, *own]
+
+
+def _older_scripts(conn: redis.Redis, other: Path) -> dict:
+    """The other checkout's scripts, each called with this checkout's arguments in the
+    older protocol's words (_in_older_words)."""
+    old = _other_module(other, "protocol")
+    scripts = _other_module(other, "scripts").register_all(conn)
+
+    def speaking(name: str, script):
+        return lambda keys, args: script(keys=keys, args=_in_older_words(old, name, args))
+
+    return {name: speaking(name, script) for name, script in scripts.items()}
+
+
 def interleaved(
     conn: redis.Redis, names: dict[str, Scheduler], adaptive: dict[str, bool], args
 ) -> dict[str, dict]:
@@ -309,12 +348,11 @@ def adaptation(conn: redis.Redis, args: argparse.Namespace) -> dict:
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
-    checkout's Scheduler, so only while the scripts' arguments are unchanged) and this
+    checkout's Scheduler through _older_scripts) and this
     checkout's, on the same workload, interleaved call by call on one server: each call's
     server time in scripts and commands go to its version's account."""
-    other_scripts = _other_module(other, "scripts")
     before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
-    before._scripts = other_scripts.register_all(conn)
+    before._scripts = _older_scripts(conn, other)
     if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():
         # Scripts from before retries were batched take one retry per call, as that
         # checkout's engine made them.
