@@ -51,8 +51,7 @@ give_back_done() -- before an endpoint's row may go: its retry slots' count live
 -- those whose budget reached a new whole token.
 local function earn(store, got, budget, change, gained)
   if not got or #got.order == 0 then return end
-  store.read(got.order)
-  for _, id in ipairs(got.order) do
+  for _, id in ipairs(store.read_unless(got.order, budget_full)) do
     local row = store.of(id)
     local before = budget(row)
     if not row.missing and change(row, got.by[id]) then

@@ -202,6 +202,28 @@ local function row_store(decode, encode)
     local got = call_list('HMGET', key, wanted)
     for i, id in ipairs(wanted) do rows[id] = decode(got[i]) end
   end
+  -- Of `ids`, those whose row is worth a look, in order: a row this call read already,
+  -- or one of the others (read with one HMGET) unless `idle(packed)` says nothing about
+  -- it can change. Those are not decoded: a call that changes few rows of many pays a
+  -- look at a few bytes of the rest.
+  function store.read_unless(ids, idle)
+    if not rows then rows = {} end
+    local out, wanted, seen = {}, {}, {}
+    for _, id in ipairs(ids) do
+      if rows[id] == nil and not seen[id] then
+        seen[id] = true
+        wanted[#wanted + 1] = id
+      end
+    end
+    local got = call_list('HMGET', key, wanted)
+    for i, id in ipairs(wanted) do
+      if not idle(got[i]) then rows[id] = decode(got[i]) end
+    end
+    for _, id in ipairs(ids) do
+      if rows[id] ~= nil then out[#out + 1] = id end
+    end
+    return out
+  end
   function store.changed(id, row)
     if not row.changed then
       row.changed = true
@@ -236,7 +258,8 @@ end
 -- Rows are packed with Redis's `struct` library, as little-endian doubles: decoding one
 -- is a C call, not a pattern match and a tonumber per field, several times cheaper
 -- (docs/SCHEDULER.md, "Redis work per delivery"). A value a row may lack (a tenant's
--- saved virtual time) is -1 there.
+-- saved virtual time) is -1 there. A budget's `bs` stays each row's last double:
+-- budget_full reads it without decoding the row.
 -- A tenant's row: w, rr, f, r, d, c, u, s, bt, bs (see `tenants` above).
 local TENANT_ROWS = row_store(function(packed)
   if not packed then
@@ -409,6 +432,13 @@ local function change_budget(row, by, cap, floor)
     row.bt, row.bs = tokens, NOW
   end
   return true
+end
+
+-- A packed tenant's or endpoint's row whose budget is full (its `bs`, the row's last
+-- double, 0), or no row: adding tokens changes nothing, so it need not be decoded.
+local FULL_BUDGET = '\0\0\0\0\0\0\0\0' -- 0 as a little-endian double
+local function budget_full(packed)
+  return not packed or string.sub(packed, -8) == FULL_BUDGET
 end
 
 -- When a budget holding `tokens` has its next whole one.
