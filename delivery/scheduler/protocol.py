@@ -143,7 +143,7 @@ SNAPSHOT_TENANT = Record(
         "weight",
         "paused",  # 1 or 0
         "rate",  # deliveries per second, "" for none
-        "rate_limited",  # 1: no token ready, or asleep until its next one
+        "rate_limited",  # 1: its rate has no token ready (it sleeps until the next)
     ),
     kind=REPLY,
 )

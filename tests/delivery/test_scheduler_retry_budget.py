@@ -6,6 +6,7 @@ Real Redis (the plain server, the cluster and Redis 6.2, as every scheduler test
 clock for the refill."""
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -186,3 +187,16 @@ def test_a_tenants_accepted_retries_earn_their_tokens_back(sched, clock) -> None
     fail(sched, clock, leases[50:])
     assert len(sched.pick("w", 1000).leases) == 50  # the accepted ones' tokens
     check_invariants(sched)
+
+
+def test_a_tenant_asleep_for_a_retry_token_does_not_read_as_rate_limited(sched, clock) -> None:
+    # Tenant 1 has a rate with tokens to spare; tenant 2 spent its own rate's tokens.
+    sched.enqueue(
+        [replace(item, tenant_rate=1000.0) for item in wide_retries(300, 1, range(1, 11))]
+        + [Item(new_ulid(), 2, 40, 1, 10, 10, tenant_rate=1.0) for _ in range(3)]
+    )
+    fail(sched, clock, sched.pick("w", 1000).leases)
+    assert sched.pick("w", 1000).leases == []  # 1 sleeps for its retry budget, 2 for its rate
+    rows = {row.tenant_id: row for row in sched.snapshot().tenants}
+    assert rows[1].rate_limited is False
+    assert rows[2].rate_limited is True

@@ -35,11 +35,10 @@ for i = 1, #aged, 2 do
   if tenant.rr > 0 then rate = exact(tenant.rr) end
   local paused = 0
   if is_paused(t) then paused = 1 end
-  -- Rate-limited: out of the turn order until its next token, or no token ready now.
+  -- Rate-limited: its rate has no token ready now (and it sleeps until the next). A tenant
+  -- asleep for want of a retry token is not: its rate is not what holds it.
   local limited = 0
-  if is_asleep(t) or (tenant.rr > 0 and rates().tokens('t' .. t, tenant.rr) <= 0) then
-    limited = 1
-  end
+  if tenant.rr > 0 and rates().tokens('t' .. t, tenant.rr) <= 0 then limited = 1 end
   tenants[#tenants + 1] = reply_of(SNAPSHOT_TENANT, {
     tenant = t, oldest_ms = aged[i + 1], fresh = tenant.f, retry = tenant.r, delayed = tenant.d,
     in_flight = num(counts[(i + 1) / 2]) - tenant.f - tenant.r - tenant.d,
