@@ -186,11 +186,8 @@ local function row_store(decode, encode)
     end
     return row
   end
-  function store.read(ids)
-    if #ids == 1 then
-      store.of(ids[1])
-      return
-    end
+  -- The packed rows of those of `ids` not read yet (one HMGET): the ids, their rows.
+  local function fetch(ids)
     if not rows then rows = {} end
     local wanted, seen = {}, {}
     for _, id in ipairs(ids) do
@@ -199,7 +196,14 @@ local function row_store(decode, encode)
         wanted[#wanted + 1] = id
       end
     end
-    local got = call_list('HMGET', key, wanted)
+    return wanted, call_list('HMGET', key, wanted)
+  end
+  function store.read(ids)
+    if #ids == 1 then
+      store.of(ids[1])
+      return
+    end
+    local wanted, got = fetch(ids)
     for i, id in ipairs(wanted) do rows[id] = decode(got[i]) end
   end
   -- Of `ids`, those whose row is worth a look, in order: a row this call read already,
@@ -207,18 +211,11 @@ local function row_store(decode, encode)
   -- it can change. Those are not decoded: a call that changes few rows of many pays a
   -- look at a few bytes of the rest.
   function store.read_unless(ids, idle)
-    if not rows then rows = {} end
-    local out, wanted, seen = {}, {}, {}
-    for _, id in ipairs(ids) do
-      if rows[id] == nil and not seen[id] then
-        seen[id] = true
-        wanted[#wanted + 1] = id
-      end
-    end
-    local got = call_list('HMGET', key, wanted)
+    local wanted, got = fetch(ids)
     for i, id in ipairs(wanted) do
       if not idle(got[i]) then rows[id] = decode(got[i]) end
     end
+    local out = {}
     for _, id in ipairs(ids) do
       if rows[id] ~= nil then out[#out + 1] = id end
     end
