@@ -114,9 +114,10 @@ def runs_for(
     shards: int = 1,
     adaptive: bool = False,
 ) -> list[RunSpec]:
-    """The runs of one round. `shards` and `adaptive` apply to the fair-mode runs only:
-    FIFO is the one-queue baseline of today, and a FIFO per shard would be no FIFO at
-    all."""
+    """The runs of one round. `shards` applies to the fair-mode runs only: FIFO is the
+    one-queue baseline of today, and a FIFO per shard would be no FIFO at all.
+    `adaptive` to those of them with caps: a no-caps run whose limits adapted would no
+    longer be the baseline without limits that it is there to show."""
     if not compare and scenario == "fragile-endpoints" and not no_caps:
         specs = [RunSpec("adaptive", scheduler, adaptive=True)]
     elif not compare:
@@ -135,7 +136,10 @@ def runs_for(
     else:
         specs = [RunSpec("fair"), RunSpec("no-caps", caps=False)]
     if adaptive:
-        specs = [replace(spec, adaptive=True) if spec.mode == "fair" else spec for spec in specs]
+        specs = [
+            replace(spec, adaptive=True) if spec.mode == "fair" and spec.caps else spec
+            for spec in specs
+        ]
     return [replace(spec, shards=shards) if spec.mode == "fair" else spec for spec in specs]
 
 

@@ -198,12 +198,21 @@ def test_hung_endpoints_without_caps_hold_no_more_than_a_new_adaptive_limit(
     assert run["hung_open_requests_max"] <= 2 * 4
 
 
-def test_adaptive_reaches_the_fair_runs_only_and_not_fragile_endpoints() -> None:
+def test_adaptive_reaches_the_capped_fair_runs_only_and_not_fragile_endpoints() -> None:
     fair, fifo = runs_for("flood", "fair", no_caps=False, compare=True, adaptive=True)
     assert (fair.adaptive, fifo.adaptive) == (True, False)
     assert not any(spec.adaptive for spec in runs_for("slow-endpoints", "fair", False, True))
+    # The no-caps baseline stays one: limits that adapt are limits.
+    slow = runs_for("slow-endpoints", "fair", False, True, adaptive=True)
+    assert {spec.label: spec.adaptive for spec in slow} == {
+        "fair": True,
+        "no-caps": False,
+        "no-hang": True,
+    }
     with pytest.raises(CommandError, match="fragile-endpoints has its adaptive run already"):
         call_command("simulate", "fragile-endpoints", "--adaptive")
+    with pytest.raises(CommandError, match="choose one"):
+        call_command("simulate", "flood", "--no-caps", "--adaptive")
 
 
 @pytest.mark.slow

@@ -117,7 +117,7 @@ class Command(BaseCommand):
         runs.add_argument(
             "--adaptive",
             action="store_true",
-            help="the fair runs with DELIVERY_ADAPTIVE_CONCURRENCY=all (the other runs: off) and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
+            help="the fair runs with caps with DELIVERY_ADAPTIVE_CONCURRENCY=all (the others, FIFO and no caps: off) and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
         )
         runs.add_argument(
             "--shards",
@@ -319,6 +319,10 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     )
     if raw["adaptive"] and scenario == "fragile-endpoints":
         raise CommandError("fragile-endpoints has its adaptive run already; drop --adaptive")
+    if raw["adaptive"] and raw["no_caps"]:
+        raise CommandError(
+            "--no-caps runs without limits and --adaptive with limits that adapt: choose one"
+        )
     options["adaptive"] = raw["adaptive"]
     if options["compare"] and (options["scheduler"] != "fair" or options["no_caps"]):
         raise CommandError("--compare chooses the runs itself; drop --scheduler/--no-caps")
