@@ -348,9 +348,9 @@ def adaptation(conn: redis.Redis, args: argparse.Namespace) -> dict:
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
-    checkout's Scheduler through _older_scripts) and this
-    checkout's, on the same workload, interleaved call by call on one server: each call's
-    server time in scripts and commands go to its version's account."""
+    checkout's Scheduler through _older_scripts) and this checkout's, on the same
+    workload, interleaved call by call on one server: each call's server time in scripts
+    and commands go to its version's account."""
     before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
     before._scripts = _older_scripts(conn, other)
     if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():

@@ -223,7 +223,18 @@ def test_the_settings_panel_says_whether_the_limit_adapts_or_the_cap_is_fixed(
     settings.DELIVERY_ADAPTIVE_CEILING, settings.DELIVERY_MAX_IN_FLIGHT = 48, 3
     client.force_login(shop["admin"])
     page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()
-    assert "a limit that adapts to how it answers, at most 48 (the platform's ceiling)" in page
+    assert (
+        "a limit that adapts to how it answers, at most 48 (the platform's ceiling). That"
+        " ceiling is set by the platform's operators." in page
+    )
+    shop["ep"].rate_limit_per_second = 5
+    shop["ep"].save()
+    page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()
+    assert (
+        "at most 48 (the platform's ceiling); rate limit 5/s. That ceiling and the rate limit"
+        " are set by the platform's operators." in page
+    )
+    shop["ep"].rate_limit_per_second = None
     shop["ep"].max_in_flight = 5
     shop["ep"].save()
     page = client.get(url("endpoint", shop["a"], shop["ep"].pk)).content.decode()

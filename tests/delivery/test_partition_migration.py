@@ -1,10 +1,10 @@
 """The migration path to time partitions, on a copy with data (PostgreSQL).
 
 A database of its own is migrated to just before the partitions (delivery 0006), filled
-through the ORM with that point's historical models, then migrated to the end: every row must
-still be there and readable, in the legacy partitions, with new rows going to their day,
-attempt ids continuing, idempotency keys still caught across the cut-over, and the keys
-to tenants still enforced.
+through the ORM with that point's historical models, then migrated to the end: every row
+must still be there and readable, in the legacy partitions, with new rows going to their
+day, attempt ids continuing, idempotency keys still caught across the cut-over, and the
+keys to tenants still enforced.
 """
 
 import json
