@@ -96,6 +96,26 @@ def test_accepted_deliveries_earn_a_fifth_and_an_accepted_retry_its_own_token(sc
     check_invariants(sched)
 
 
+def test_the_ack_that_earns_a_whole_token_wakes_the_retries_waiting_for_it(sched, clock) -> None:
+    sched.enqueue(retries(10))
+    for _ in range(2):
+        fail(sched, clock, sched.pick("w", 10).leases)
+    assert sched.pick("w", 10).leases == []  # the retry lane waits for a token
+    sched.enqueue(fresh(5))
+    for _ in range(5):
+        (lease,) = sched.pick("w", 1).leases
+        assert lease.lane == "fresh"
+        # As the engine does: the answer frees the slot (no token yet to wake for),
+        # then the ack records the delivery and earns its fifth of a token.
+        sched.answered([lease])
+        sched.ack([lease], outcome="delivered")
+    assert budget(sched) == pytest.approx(1.0)
+    # The fifth ack's token goes at once, not when the clock's refill is due.
+    (retry,) = sched.pick("w", 10).leases
+    assert retry.lane == "retry"
+    check_invariants(sched)
+
+
 def test_an_accepted_retry_wakes_another_tenants_retry_waiting_for_a_token(sched, clock) -> None:
     sched.enqueue(retries(4, tenant=1) + retries(4, tenant=2))
     for _ in range(2):

@@ -69,9 +69,10 @@ earn(TENANT_ROWS, tenants_earned, tenant_retry_budget, change_tenant_retry_budge
       tenants_woken = tenants_woken + rates().tenant_wake(t)
     end
   end)
--- A retry lane parked for an endpoint's new token may go.
-earn(ENDPOINT_ROWS, earned, retry_budget, change_retry_budget, function(e)
-  if freed[#freed] ~= e then freed[#freed + 1] = e end
+-- A retry lane parked for an endpoint's new token may go. Only a budget that had no whole
+-- token parks retry lanes: one with a token to spare wakes nothing by earning more.
+earn(ENDPOINT_ROWS, earned, retry_budget, change_retry_budget, function(e, before)
+  if before < 1 and freed[#freed] ~= e then freed[#freed + 1] = e end
 end)
 -- A tenant or endpoint with nothing left anywhere in the schedule leaves no key behind.
 local tenants_gone, endpoints_gone = {}, {}
