@@ -127,30 +127,21 @@ local function call_list(command, key, values, first_value)
   return out
 end
 
--- New values for some of a ZSET's members or a hash's fields, at once: one `remove`
--- (ZREM, HDEL) of those whose value is false (they leave) and one `write` (ZADD, HSET)
--- of the others. Returns the ones that left.
-local function write_values(key, members, values, write, remove)
+-- New scores for some of a ZSET's members, at once: one ZREM of those whose score is
+-- false (they leave) and one ZADD of the others.
+local function write_scores(key, members, scores)
   local adds, gone = {}, {}
-  local score_first = write == 'ZADD'
   for _, member in ipairs(members) do
-    local value = values[member]
-    if not value then
-      gone[#gone + 1] = member
-    elseif score_first then
-      adds[#adds + 1] = value
+    local score = scores[member]
+    if score then
+      adds[#adds + 1] = score
       adds[#adds + 1] = member
     else
-      adds[#adds + 1] = member
-      adds[#adds + 1] = value
+      gone[#gone + 1] = member
     end
   end
-  call_many(remove, key, gone)
-  call_many(write, key, adds)
-  return gone
-end
-local function write_scores(key, members, scores)
-  write_values(key, members, scores, 'ZADD', 'ZREM')
+  call_many('ZREM', key, gone)
+  call_many('ZADD', key, adds)
 end
 
 -- Values by key, in the order keys first came (so what a script does with them next is
@@ -775,13 +766,22 @@ local function write_counts()
     end
     return gone
   end
+  -- The new counts go straight into the HSET's and HDEL's arguments: a table of them
+  -- by field first costs a hash insert per field.
   local was = call_list('HMGET', K_COUNT, order)
-  local values = {}
+  local adds, gone = {}, {}
   for i, field in ipairs(order) do
-    local value = num(was[i]) + by[field]
-    values[field] = value > 0 and int(value)
+    local value = (tonumber(was[i]) or 0) + by[field]
+    if value > 0 then
+      adds[#adds + 1] = field
+      adds[#adds + 1] = string.format('%d', value)
+    else
+      gone[#gone + 1] = field
+    end
   end
-  return write_values(K_COUNT, order, values, 'HSET', 'HDEL')
+  call_many('HDEL', K_COUNT, gone)
+  call_many('HSET', K_COUNT, adds)
+  return gone
 end
 
 -- Record a lease. The slot is the lease: counts change only together with the leases
