@@ -7,6 +7,8 @@ not a test:
         [--mix flood]  # one tenant floods one endpoint, then quiet tenants (the gateway)
         [--pick 4]  # leases per pick (32 by default)
         [--adaptation]  # also with the endpoints' adaptive limits off and on, interleaved
+        [--fifo]  # also this checkout in FIFO mode, interleaved (with --against: three ways)
+        [--without-answered]  # also with answered left out (what folding it into ack saves)
 
 It starts a redis-server of its own (so that the INFO deltas count only this bench) and
 runs the scheduler alone, in-process: enqueue in batches, then pick / answered / ack in
@@ -38,6 +40,18 @@ to 5,000 of the deliveries one per call with each version, interleaved
 (`single_enqueue_script_us`, `single_enqueue_commands`: what one signed POST's enqueue
 costs each).
 
+`--fifo` runs this checkout's fair mode and its FIFO mode (one arrival-order line: no
+lanes, turns or rotations), and with `--against` the older scripts too, interleaved the
+same way, and reports each one's script time per call and
+`script_us_per_delivery_fair_over_fifo` (`_before_over_fifo`): what fairness costs on
+top of what any delivery's enqueue, answer and ack cost.
+
+`--without-answered` runs this checkout as the engine calls it and with `answered` left
+out (each `ack` then gives its leases' slots back itself), interleaved the same way:
+`script_us_per_delivery_with_over_without` is the most that folding `answered` into
+`ack` could save. (The engine keeps it: it frees a slot when the request ends, not after
+its outcome is written.)
+
 `--adaptation` runs this checkout twice, interleaved the same way: without adaptive
 limits, and with them (every item flagged adaptive, every answered call carrying each
 endpoint's answers, as the engine's do with DELIVERY_ADAPTIVE_CONCURRENCY), and reports
@@ -54,6 +68,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -346,6 +361,43 @@ def adaptation(conn: redis.Redis, args: argparse.Namespace) -> dict:
     return out
 
 
+def fifo(conn: redis.Redis, args: argparse.Namespace) -> dict:
+    """This checkout's scripts in fair mode and in FIFO mode (one arrival-order line, no
+    lanes, no turns), and with --against the older checkout's fair ones too, interleaved
+    on one server: what the fairness costs, and how much of a delivery's Redis work is its
+    enqueue, answer and ack, which a schedule without fairness pays as well."""
+    names = {"fair": Scheduler(conn, shard=5), "fifo": Scheduler(conn, shard=6, mode="fifo")}
+    if args.against:
+        names["before"] = Scheduler(conn, shard=7)
+        names["before"]._scripts = _older_scripts(conn, args.against.resolve())
+    out = interleaved(conn, names, {name: False for name in names}, args)
+    for name in names:
+        if name != "fifo":
+            out[f"script_us_per_delivery_{name}_over_fifo"] = (
+                out[name]["script_us_per_delivery"] / out["fifo"]["script_us_per_delivery"]
+            )
+    return out
+
+
+class _AckFreesSlots(Scheduler):
+    """A scheduler whose `answered` does nothing: each ack gives its leases' slots back
+    itself, as it does for a lease never answered."""
+
+    def answered(self, leases: Sequence[Lease], answers: Sequence[EndpointAnswers] = ()) -> int:
+        return 0
+
+
+def without_answered(conn: redis.Redis, args: argparse.Namespace) -> dict:
+    """This checkout's scripts as the engine calls them, and with `answered` left out,
+    interleaved on one server: the most that folding `answered` into `ack` could save."""
+    names = {"with": Scheduler(conn, shard=8), "without": _AckFreesSlots(conn, shard=9)}
+    out = interleaved(conn, names, {name: False for name in names}, args)
+    out["script_us_per_delivery_with_over_without"] = (
+        out["with"]["script_us_per_delivery"] / out["without"]["script_us_per_delivery"]
+    )
+    return out
+
+
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
     checkout's Scheduler through _older_scripts) and this checkout's, on the same
@@ -459,6 +511,17 @@ def main() -> None:
         help="also this checkout with the endpoints' adaptive limits off and on, interleaved",
     )
     parser.add_argument(
+        "--fifo",
+        action="store_true",
+        help="also this checkout in FIFO mode beside its fair mode (and --against's scripts), "
+        "interleaved",
+    )
+    parser.add_argument(
+        "--without-answered",
+        action="store_true",
+        help="also this checkout with answered left out (each ack frees its slots), interleaved",
+    )
+    parser.add_argument(
         "--by-command",
         action="store_true",
         help="also one run that splits each call's commands by command (INFO commandstats "
@@ -510,6 +573,10 @@ def main() -> None:
                 results["against"] = against(conn, args.against.resolve(), args)
             if args.adaptation:
                 results["adaptation"] = adaptation(conn, args)
+            if args.fifo:
+                results["fifo"] = fifo(conn, args)
+            if args.without_answered:
+                results["without_answered"] = without_answered(conn, args)
             if args.by_command:
                 results["by_call"] = by_command(conn, args)
         finally:
@@ -518,7 +585,12 @@ def main() -> None:
     results["pick"] = PICK
     results["deliveries"] = args.deliveries
     results["tenants"] = args.tenants
-    if args.json:
+    report(results, args.json)
+
+
+def report(results: dict, as_json: bool) -> None:
+    """Print the results: as JSON, or one `key: value` line each."""
+    if as_json:
         print(json.dumps(results, indent=2))
         return
     for key, value in results.items():

@@ -117,7 +117,7 @@ class Command(BaseCommand):
         runs.add_argument(
             "--adaptive",
             action="store_true",
-            help="the fair runs with caps with DELIVERY_ADAPTIVE_CONCURRENCY=all (the others, FIFO and no caps: off) and the endpoints that had the platform's default caps left with no cap of their own (the platform's ceiling, DELIVERY_ADAPTIVE_CEILING): how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has its adaptive run already)",
+            help="limits that adapt (DELIVERY_ADAPTIVE_CONCURRENCY=all) in the fair runs that have caps; FIFO and no-caps runs stay as they are. Endpoints on the platform's default caps get no cap of their own, so the platform's ceiling (DELIVERY_ADAPTIVE_CEILING) bounds them. Shows how hung, slow or flooded endpoints fare where limits adapt (fragile-endpoints has an adaptive run already)",
         )
         runs.add_argument(
             "--shards",

@@ -60,6 +60,10 @@ def scene(browser_settings) -> dict:
     )
     failing.consecutive_failures = 12
     failing.failing_since = timezone.now() - timedelta(minutes=20)
+    # As the workers leave an endpoint that failed its last attempts: the page's health
+    # line then shows both times, as it does for a real one.
+    failing.last_failure_at = timezone.now() - timedelta(seconds=40)
+    failing.last_success_at = failing.failing_since
     failing.save()
     admin = make_user("boss", tenant=tenant, role=Membership.ADMIN)
     event = deliveries[0].event
