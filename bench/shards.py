@@ -30,10 +30,11 @@ tight caps on some, and a share of first attempts that fail once and are retried
 per call (enqueue, pick, answered, retry_later, ack), the commands its script ran per
 delivery, split by command, and the server's time in that call's scripts.
 
-`--against DIR` (a worktree of an older commit, e.g. `git worktree add /tmp/base c0fae30`)
-runs that checkout's scripts and this one's on the same workload, interleaved call by
-call on the same server, and reports each one's server time inside scripts
-(`script_us_per_delivery`, INFO commandstats usec of EVALSHA or FCALL) and commands: CPU figures
+`--against DIR` (a worktree of an older commit with a named protocol, 76785dc or later,
+e.g. `git worktree add /tmp/base40 1af3362`) runs that checkout's scripts and this one's
+on the same workload, interleaved call by call on the same server, and reports each
+one's server time inside scripts (`script_us_per_delivery`, INFO commandstats usec of
+EVALSHA or FCALL) and commands: CPU figures
 swing by ±30% from run to run on this shared machine, so only a ratio measured in one
 run, side by side, says whether a change made the scripts cheaper. It also enqueues up
 to 5,000 of the deliveries one per call with each version, interleaved
@@ -80,7 +81,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.ids import new_ulid
 from core.redis_cost import server_work
 from delivery.scheduler import FRESH, EndpointAnswers, Item, Lease, Scheduler, protocol
-from delivery.scheduler.scheduler import _member
 from tests.private_redis import PrivateRedis
 
 ENQUEUE_BATCH = 100  # what one publish or ingest flush enqueues, about
@@ -361,6 +361,14 @@ def adaptation(conn: redis.Redis, args: argparse.Namespace) -> dict:
     return out
 
 
+def older_scheduler(conn: redis.Redis, other: Path, shard: int) -> Scheduler:
+    """This checkout's Scheduler running the scripts of `other`, an older checkout with a
+    named protocol (delivery/scheduler/protocol.py, since 76785dc), on `shard`."""
+    sched = Scheduler(conn, shard=shard)
+    sched._scripts = _older_scripts(conn, other)
+    return sched
+
+
 def fifo(conn: redis.Redis, args: argparse.Namespace) -> dict:
     """This checkout's scripts in fair mode and in FIFO mode (one arrival-order line, no
     lanes, no turns), and with --against the older checkout's fair ones too, interleaved
@@ -368,8 +376,7 @@ def fifo(conn: redis.Redis, args: argparse.Namespace) -> dict:
     enqueue, answer and ack, which a schedule without fairness pays as well."""
     names = {"fair": Scheduler(conn, shard=5), "fifo": Scheduler(conn, shard=6, mode="fifo")}
     if args.against:
-        names["before"] = Scheduler(conn, shard=7)
-        names["before"]._scripts = _older_scripts(conn, args.against.resolve())
+        names["before"] = older_scheduler(conn, args.against.resolve(), shard=7)
     out = interleaved(conn, names, {name: False for name in names}, args)
     for name in names:
         if name != "fifo":
@@ -400,21 +407,10 @@ def without_answered(conn: redis.Redis, args: argparse.Namespace) -> dict:
 
 def against(conn: redis.Redis, other: Path, args: argparse.Namespace) -> dict:
     """The scripts of `other` (an older checkout: its lua/ and scripts.py, driven by this
-    checkout's Scheduler through _older_scripts) and this checkout's, on the same
+    checkout's Scheduler through older_scheduler) and this checkout's, on the same
     workload, interleaved call by call on one server: each call's server time in scripts
     and commands go to its version's account."""
-    before, after = Scheduler(conn, shard=1), Scheduler(conn, shard=2)
-    before._scripts = _older_scripts(conn, other)
-    if "retry_later_many" not in (other / "delivery" / "scheduler" / "scheduler.py").read_text():
-        # Scripts from before retries were batched take one retry per call, as that
-        # checkout's engine made them.
-        def one_by_one(retries, sched=before):
-            return [
-                bool(sched._run("retry_later", _member(lease), repr(due))) for lease, due in retries
-            ]
-
-        before.retry_later_many = one_by_one
-    names = {"before": before, "after": after}
+    names = {"before": older_scheduler(conn, other, shard=1), "after": Scheduler(conn, shard=2)}
     out = interleaved(conn, names, {name: False for name in names}, args)
     work = mix(args.deliveries, args.tenants, args.seed)
     single = single_enqueues_against(conn, names, work[: min(len(work), 5_000)])
