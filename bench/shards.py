@@ -34,12 +34,11 @@ delivery, split by command, and the server's time in that call's scripts.
 e.g. `git worktree add /tmp/base40 1af3362`) runs that checkout's scripts and this one's
 on the same workload, interleaved call by call on the same server, and reports each
 one's server time inside scripts (`script_us_per_delivery`, INFO commandstats usec of
-EVALSHA or FCALL) and commands: CPU figures
-swing by ±30% from run to run on this shared machine, so only a ratio measured in one
-run, side by side, says whether a change made the scripts cheaper. It also enqueues up
-to 5,000 of the deliveries one per call with each version, interleaved
-(`single_enqueue_script_us`, `single_enqueue_commands`: what one signed POST's enqueue
-costs each).
+EVALSHA or FCALL) and commands: CPU figures swing by ±30% from run to run on this shared
+machine, so only a ratio measured in one run, side by side, says whether a change made
+the scripts cheaper. It also enqueues up to 5,000 of the deliveries one per call with
+each version, interleaved (`single_enqueue_script_us`, `single_enqueue_commands`: what
+one signed POST's enqueue costs each).
 
 `--fifo` runs this checkout's fair mode and its FIFO mode (one arrival-order line: no
 lanes, turns or rotations), and with `--against` the older scripts too, interleaved the
