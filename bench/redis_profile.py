@@ -10,9 +10,9 @@ pick, answered, retry_later, ack) on it, samples the server with `perf record
 - `fcall`: inside the scripts' FCALLs (or EVALSHAs, on a server without Functions);
 - `redis_call` of it: inside `redis.call`, and `command` of that, the command's own run
   (the rest is turning Lua arguments into a command and the reply back into Lua);
-- `lua_own`: the Lua VM outside `redis.call`, split by the C function it was in when
-  sampled (table reads and writes, growing tables, the garbage collector, ...) and
-  `vm_dispatch`, the VM's own instructions;
+- `lua_own`: the Lua VM outside `redis.call`, each sample in one part by the innermost
+  C function in its stack that names one (table reads and writes, growing tables, the
+  garbage collector, ...), `vm_dispatch` for the VM's own instructions, or `other`;
 - `outside_fcall`: the network, the event loop and the kernel.
 
 The server needs its symbols: Debian's redis-server has none for its Lua. One built from
@@ -43,7 +43,9 @@ from tests.private_redis import PrivateRedis  # noqa: E402
 
 Stack = list[str]  # one sample's functions, innermost first
 
-# The C functions a sample of Lua's own work is charged to, by what they do.
+# The C functions a sample of Lua's own work is charged to, by what they do: the
+# innermost of them in its stack decides (growing a table is inside a table write, the
+# garbage collector inside whatever allocated), so each sample counts in one part.
 LUA_PARTS: dict[str, tuple[str, ...]] = {
     "table_reads_and_writes": ("luaV_gettable", "luaV_settable", "luaH_get", "luaH_getnum"),
     "table_growth": ("newkey", "luaH_resize", "resize"),
@@ -109,6 +111,17 @@ def command_run(s: Stack) -> bool:
     return "scriptCall" in inner or "call" in inner
 
 
+PART_OF = {name: part for part, names in LUA_PARTS.items() for name in names}
+
+
+def lua_part(s: Stack) -> str:
+    """The part of Lua's own work a sample of it counts in: `vm_dispatch` for the VM's
+    own instructions, `other` for a C function in no part."""
+    if s[0] == "luaV_execute":
+        return "vm_dispatch"
+    return next((PART_OF[name] for name in s if name in PART_OF), "other")
+
+
 def shares(samples: list[Stack]) -> dict:
     """Each part's share of the samples, in percent."""
 
@@ -128,10 +141,9 @@ def shares(samples: list[Stack]) -> dict:
         "command": share(command_run),
         "lua_own": share(lua_own),
         "lua_own_by_part": {
-            part: share(lambda s, names=names: lua_own(s) and any(n in s for n in names))
-            for part, names in LUA_PARTS.items()
-        }
-        | {"vm_dispatch": share(lambda s: s[0] == "luaV_execute")},
+            part: share(lambda s, part=part: lua_own(s) and lua_part(s) == part)
+            for part in [*LUA_PARTS, "vm_dispatch", "other"]
+        },
         "outside_fcall": share(lambda s: not in_script(s)),
     }
 
